@@ -1,0 +1,275 @@
+"""A fleet: 1-16 booted lab hosts plus the files a `provision` run needs (inventory, stack,
+known_hosts). Torn down on destroy(), at interpreter exit, and by `provision lab down`."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.lab import alloc
+from provisioner.lab.base import ADMIN_USER, Base
+from provisioner.lab.hosts import Host, HostRuntime, RunResult
+from provisioner.lab.profiles import load_profile
+from provisioner.lab.util import LabError, remove_tree
+
+MAX_HOSTS = 16
+_LIVE: dict[str, Fleet] = {}  # fleets owned by this process, destroyed at exit
+
+
+def stack_yaml(repo_url: str, wheels_url: str) -> str:
+    """The lab's stack file (schema 1) with mirrors pointing at the lab."""
+    return f"""\
+schema: 1
+name: lab
+driver: {{branch: "535", version: null, flavor: proprietary, fabricmanager: auto}}
+cuda: {{version: "12.1"}}
+cudnn: {{version: "8.9.2.26"}}
+nccl: {{version: "2.18.3"}}
+pytorch: {{version: "2.13.0", build: cpu, venv: /opt/pytorch, torchvision: null, torchaudio: null}}
+mirrors:
+  nvidia_repo: {repo_url}
+  nvidia_repo_carries: [debian12/x86_64]
+  pytorch_index: null
+  pytorch_find_links: {wheels_url}
+validation: {{backend: auto, nproc_per_node: 2, timeout_s: 120}}
+"""
+
+
+class Fleet:
+    """Booted hosts with an inventory. Create with `Fleet.create(...)` (or `Lab.create_fleet`)."""
+
+    def __init__(self, fleet_id: str, path: Path, lab_path: Path, hosts: list[Host],
+                 owner_pid: int | None, repo_url: str | None, wheels_url: str | None) -> None:
+        self.id = fleet_id
+        self.dir = path
+        self.lab_path = lab_path
+        self.hosts = hosts
+        self.owner_pid = owner_pid
+        self.repo_url = repo_url
+        self.wheels_url = wheels_url
+        self._rt = {h.name: HostRuntime(h) for h in hosts}
+        self.destroyed = False
+
+    # ----------------------------------------------------------------- creation
+    @classmethod
+    def create(
+        cls,
+        lab_path: Path,
+        base: Base,
+        n: int,
+        profiles: Sequence[str] = ("h100-sxm-8",),
+        *,
+        repo_url: str | None = None,
+        wheels_url: str | None = None,
+        path: Path | None = None,
+        detached: bool = False,
+        boot: bool = True,
+    ) -> Fleet:
+        """Create and boot n hosts; profiles[i] (the last one repeats) is host i's GPU description."""
+        if not 1 <= n <= MAX_HOSTS:
+            raise LabError(f"a fleet has 1 to {MAX_HOSTS} hosts, not {n}")
+        if not profiles:
+            raise LabError("at least one GPU profile is needed")
+        for p in profiles:
+            load_profile(p)
+        fleet_dir = path or lab_path / "fleets" / f"f{os.getpid()}-{time.time_ns() % 10**9}"
+        if (fleet_dir / "fleet.json").exists():
+            raise LabError(f"a fleet already exists in {fleet_dir}; destroy it first")
+        fleet_id, addresses = alloc.allocate(lab_path, fleet_dir, n)
+        hosts = [
+            Host(name=f"gpu{i + 1:02d}", address=addr, machine=f"pl{fleet_id}-gpu{i + 1:02d}",
+                 dir=fleet_dir / "hosts" / f"gpu{i + 1:02d}", profile=profiles[min(i, len(profiles) - 1)],
+                 user=ADMIN_USER, key=base.key)
+            for i, addr in enumerate(addresses)
+        ]
+        fleet = cls(fleet_id, fleet_dir, lab_path, hosts, None if detached else os.getpid(),
+                    repo_url, wheels_url)
+        if not detached:
+            _LIVE[fleet_id] = fleet
+        try:
+            fleet._save()
+            etc_hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + "".join(
+                f"{h.address}\t{h.name}\n" for h in hosts)
+            known = [fleet._rt[h.name].prepare(base.rootfs, etc_hosts) for h in hosts]
+            fleet.known_hosts.write_text("\n".join(known) + "\n", encoding="utf-8")
+            fleet._write_inventory()
+            if repo_url and wheels_url:
+                fleet.stack_path.write_text(stack_yaml(repo_url, wheels_url), encoding="utf-8")
+            if boot:
+                fleet.boot()
+        except BaseException:
+            fleet.destroy()
+            raise
+        return fleet
+
+    @classmethod
+    def load(cls, path: Path) -> Fleet:
+        """A fleet created by another process (for `lab down` / `lab status`)."""
+        data = json.loads((path / "fleet.json").read_text(encoding="utf-8"))
+        return cls(data["id"], path, Path(data["lab"]), [Host.from_json(h) for h in data["hosts"]],
+                   data.get("owner_pid"), data.get("repo_url"), data.get("wheels_url"))
+
+    def _save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "fleet.json").write_text(json.dumps({
+            "id": self.id, "lab": str(self.lab_path), "owner_pid": self.owner_pid,
+            "repo_url": self.repo_url, "wheels_url": self.wheels_url,
+            "hosts": [h.to_json() for h in self.hosts],
+        }, indent=2) + "\n", encoding="utf-8")
+
+    # ----------------------------------------------------------------- files
+    @property
+    def known_hosts(self) -> Path:
+        return self.dir / "known_hosts"
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.dir / "inventory.yml"
+
+    @property
+    def stack_path(self) -> Path:
+        return self.dir / "stack.yml"
+
+    def inventory(self) -> dict[str, Any]:
+        key = self.hosts[0].key
+        return {"all": {
+            "vars": {
+                "ansible_user": ADMIN_USER,
+                "ansible_become": True,
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "ansible_ssh_private_key_file": str(key),
+                "ansible_ssh_common_args": (f"-o UserKnownHostsFile={self.known_hosts} "
+                                            "-o StrictHostKeyChecking=yes"),
+                "nvidia_driver_manage_kernel_modules": False,
+            },
+            "children": {"gpu_servers": {"hosts": {
+                h.name: {"ansible_host": h.address, "lab_gpu_profile": h.profile} for h in self.hosts
+            }}},
+        }}
+
+    def _write_inventory(self) -> None:
+        text = "# provision lab fleet " + self.id + " (generated)\n" + yaml.safe_dump(
+            self.inventory(), sort_keys=False, default_flow_style=False)
+        self.inventory_path.write_text(text, encoding="utf-8")
+
+    # ----------------------------------------------------------------- lifecycle
+    def boot(self, timeout: float = 180.0) -> dict[str, str]:
+        """Start every host and wait until each is ready; returns host -> system state."""
+        for h in self.hosts:
+            self._rt[h.name].start()
+        with ThreadPoolExecutor(max_workers=len(self.hosts)) as pool:
+            states = list(pool.map(lambda h: self._rt[h.name].wait_ready(timeout), self.hosts))
+        return {h.name: s for h, s in zip(self.hosts, states, strict=True)}
+
+    def host(self, name: str | Host) -> Host:
+        key = name.name if isinstance(name, Host) else name
+        for h in self.hosts:
+            if key in (h.name, h.address, h.machine):
+                return h
+        raise KeyError(f"no host {key!r} in fleet {self.id}")
+
+    def runtime(self, host: str | Host) -> HostRuntime:
+        return self._rt[self.host(host).name]
+
+    def run(self, host: str | Host, command: str, *, via: str = "nsenter",
+            timeout: float | None = 120.0, user: str | None = None) -> RunResult:
+        """Run a shell command on a host: via nsenter (as root) or via ssh (as the admin user)."""
+        rt = self.runtime(host)
+        if via == "ssh":
+            return rt.run_ssh(command, self.known_hosts, timeout=timeout, user=user)
+        if via != "nsenter":
+            raise ValueError(f"via must be 'nsenter' or 'ssh', not {via!r}")
+        return rt.run_nsenter(command, timeout=timeout)
+
+    def boot_id(self, host: str | Host) -> str:
+        return self.runtime(host).boot_id()
+
+    def reboot(self, host: str | Host, timeout: float = 120.0) -> str:
+        return self.runtime(host).reboot(timeout)
+
+    def wait_ready(self, host: str | Host, timeout: float = 120.0) -> str:
+        return self.runtime(host).wait_ready(timeout)
+
+    def set_profile(self, host: str | Host, profile: str, driver: str = "auto") -> None:
+        """Change a host's simulated GPUs at runtime (lspci and nvidia-smi read it on every call)."""
+        load_profile(profile)
+        self.runtime(host).write_description(profile, driver)
+        self._save()
+        self._write_inventory()
+
+    def state(self) -> dict[str, str]:
+        """host -> 'running'/'degraded'/... or 'down'."""
+        out: dict[str, str] = {}
+        for h in self.hosts:
+            rt = self._rt[h.name]
+            if rt.init_pid() is None:
+                out[h.name] = "down"
+            else:
+                out[h.name] = rt.run_nsenter("systemctl is-system-running", timeout=10).stdout.strip()
+        return out
+
+    def destroy(self) -> None:
+        """Stop every host and remove processes, mounts, cgroups and files. Safe to call twice."""
+        if self.destroyed:
+            return
+        errors: list[str] = []
+        for rt in self._rt.values():
+            rt.stop()
+        with ThreadPoolExecutor(max_workers=max(1, len(self._rt))) as pool:
+            for rt, exc in zip(self._rt.values(),
+                               pool.map(_capture(lambda r: r.wait_stopped()), self._rt.values()),
+                               strict=True):
+                if exc:
+                    errors.append(f"{rt.host.name}: {exc}")
+        for rt in self._rt.values():
+            try:
+                rt.remove()
+            except LabError as exc:
+                errors.append(f"{rt.host.name}: {exc}")
+        if not errors:
+            remove_tree(self.dir)
+        alloc.release(self.lab_path, self.id)
+        _LIVE.pop(self.id, None)
+        self.destroyed = True
+        if errors:
+            raise LabError("teardown incomplete: " + "; ".join(errors))
+
+
+def _capture(fn: Any) -> Any:
+    def wrapped(arg: Any) -> Exception | None:
+        try:
+            fn(arg)
+        except Exception as exc:  # noqa: BLE001 - collected and reported after all hosts
+            return exc
+        return None
+    return wrapped
+
+
+@atexit.register
+def _destroy_live_fleets() -> None:
+    for fleet in list(_LIVE.values()):
+        with contextlib.suppress(Exception):
+            fleet.destroy()
+
+
+def fleets_in(lab_path: Path) -> list[Path]:
+    """Fleet directories in a lab (pytest fleets and the `lab up` fleet)."""
+    found = [p.parent for p in (lab_path / "fleets").glob("*/fleet.json")]
+    if (lab_path / "fleet" / "fleet.json").exists():
+        found.append(lab_path / "fleet")
+    return found
+
+
+def owner_alive(fleet: Fleet) -> bool:
+    if fleet.owner_pid is None:
+        return True  # detached (`lab up`): lives until `lab down`
+    return Path(f"/proc/{fleet.owner_pid}").exists()

@@ -1,0 +1,178 @@
+"""`Lab`: one lab directory's base image, wheelhouse, repository server and fleets."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from provisioner.lab import base as base_mod
+from provisioner.lab.fleet import Fleet, fleets_in, owner_alive
+from provisioner.lab.repo import Repo, build_repo
+from provisioner.lab.server import ThreadedServer
+from provisioner.lab.util import LabError, LabUnavailable, lab_dir, remove_tree
+from provisioner.lab.wheelhouse import ensure_wheelhouse
+
+REQUIRED_TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-deb", "apt-ftparchive", "gpg", "gcc",
+                  "nsenter", "ssh", "ssh-keygen", "mount")
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot run the lab, or None when it can."""
+    if os.geteuid() != 0:
+        return "the lab needs root (it mounts overlays and boots systemd-nspawn containers)"
+    missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
+    if missing:
+        return ("missing tools: " + ", ".join(missing) + " (apt-get install debootstrap "
+                "systemd-container apt-utils dpkg-dev gnupg gcc libc6-dev openssh-client)")
+    filesystems = Path("/proc/filesystems").read_text(encoding="utf-8")
+    if "overlay" not in filesystems.split():
+        with contextlib.suppress(OSError):
+            subprocess.run(["modprobe", "overlay"], capture_output=True, check=False)
+        if "overlay" not in Path("/proc/filesystems").read_text(encoding="utf-8").split():
+            return "the kernel has no overlayfs"
+    return None
+
+
+class Lab:
+    """A lab directory ($PROVISION_LAB_DIR, default /var/tmp/provision-lab)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.dir = lab_dir(path)
+        self._server: ThreadedServer | None = None
+        self._serve_root: Path | None = None
+        self.repo: Repo | None = None
+
+    def check(self) -> None:
+        reason = unavailable_reason()
+        if reason:
+            raise LabUnavailable(reason)
+
+    def ensure_wheelhouse(self) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        return ensure_wheelhouse(self.dir)
+
+    def ensure_base(self, log: bool = False) -> base_mod.Base:
+        self.check()
+        return base_mod.ensure_base(self.dir, log=log)
+
+    # ----------------------------------------------------------------- repository server
+    def _serve_tree(self, name: str) -> Path:
+        root = self.dir / "serve" / name
+        remove_tree(root)
+        root.mkdir(parents=True)
+        (root / "wheels").symlink_to(self.ensure_wheelhouse())
+        return root
+
+    def start_repo(self) -> Repo:
+        """Serve (in a thread of this process) a freshly built and signed repo plus the wheelhouse."""
+        if self.repo is not None:
+            return self.repo
+        root = self._serve_tree(f"t{os.getpid()}-{time.time_ns() % 10**9}")
+        self._server = ThreadedServer(root)
+        self._serve_root = root
+        self.repo = build_repo(root, self._server.url, self.dir / "cache" / "so")
+        return self.repo
+
+    def stop_repo(self) -> None:
+        if self._server:
+            self._server.stop()
+            self._server = None
+        if self._serve_root:
+            remove_tree(self._serve_root)
+            self._serve_root = None
+        self.repo = None
+
+    @property
+    def wheels_url(self) -> str:
+        if self.repo is None:
+            raise LabError("start_repo() first")
+        return f"{self.repo.base_url}/wheels/"
+
+    # ----------------------------------------------------------------- detached server (lab up)
+    @property
+    def up_dir(self) -> Path:
+        return self.dir / "up"
+
+    def start_detached_repo(self) -> Repo:
+        """A server process that outlives this one (pid and port in <lab>/up/)."""
+        existing = self.detached_repo()
+        if existing:
+            return existing
+        up = self.up_dir
+        up.mkdir(parents=True, exist_ok=True)
+        root = self._serve_tree("up")
+        for f in ("server.pid", "server.port"):
+            (up / f).unlink(missing_ok=True)
+        log = (up / "server.log").open("ab")
+        subprocess.Popen(
+            [sys.executable, "-m", "provisioner.lab.server", "--root", str(root),
+             "--port-file", str(up / "server.port"), "--pid-file", str(up / "server.pid")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + 20
+        while not (up / "server.port").exists():
+            if time.monotonic() > deadline:
+                raise LabError(f"repo server did not start; see {up / 'server.log'}")
+            time.sleep(0.05)
+        port = int((up / "server.port").read_text(encoding="utf-8"))
+        self.repo = build_repo(root, f"http://127.0.0.1:{port}", self.dir / "cache" / "so")
+        return self.repo
+
+    def detached_repo(self) -> Repo | None:
+        up = self.up_dir
+        try:
+            pid = int((up / "server.pid").read_text(encoding="utf-8"))
+            port = int((up / "server.port").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not Path(f"/proc/{pid}").exists():
+            return None
+        self.repo = Repo(root=self.dir / "serve" / "up", base_url=f"http://127.0.0.1:{port}")
+        return self.repo
+
+    def stop_detached_repo(self) -> bool:
+        up = self.up_dir
+        try:
+            pid = int((up / "server.pid").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            if not Path(f"/proc/{pid}").exists() or not (up / "server.pid").exists():
+                break
+            time.sleep(0.05)
+        for f in ("server.pid", "server.port"):
+            (up / f).unlink(missing_ok=True)
+        remove_tree(self.dir / "serve" / "up")
+        return True
+
+    # ----------------------------------------------------------------- fleets
+    def create_fleet(self, n: int, profiles: Sequence[str] = ("h100-sxm-8",), *,
+                     path: Path | None = None, detached: bool = False) -> Fleet:
+        base = self.ensure_base()
+        if self.repo is None:
+            self.start_repo()
+        assert self.repo is not None
+        return Fleet.create(self.dir, base, n, profiles, repo_url=self.repo.repos_url,
+                            wheels_url=f"{self.repo.base_url}/wheels/", path=path, detached=detached)
+
+    def fleets(self) -> list[Fleet]:
+        return [Fleet.load(p) for p in fleets_in(self.dir)]
+
+    def reap_stale_fleets(self) -> list[str]:
+        """Destroy fleets whose owning process is gone (a killed test run); returns their ids."""
+        reaped: list[str] = []
+        for fleet in self.fleets():
+            if not owner_alive(fleet):
+                with contextlib.suppress(LabError):
+                    fleet.destroy()
+                reaped.append(fleet.id)
+        return reaped
