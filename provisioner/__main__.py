@@ -1,0 +1,8 @@
+"""`python -m provisioner` is `provision`."""
+
+from __future__ import annotations
+
+from provisioner.cli import main
+
+if __name__ == "__main__":
+    main()

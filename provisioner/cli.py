@@ -1,0 +1,125 @@
+"""The `provision` command line.
+
+Importing this module must stay cheap (`provision --help` in well under a second): subcommands are
+loaded lazily by name, and nothing here imports ansible_runner, paramiko, rich or yaml.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from provisioner import options
+from provisioner.exitcodes import EXIT_CODES_HELP, ExitCode
+
+# name -> "module:attribute", imported on first use
+SUBCOMMANDS = {
+    "check": "provisioner.commands.check:check",
+    "validate": "provisioner.commands.validate:validate",
+    "preflight": "provisioner.commands.preflight:preflight",
+    "stack": "provisioner.commands.stack:stack",
+    "history": "provisioner.commands.history:history",
+    "lab": "provisioner.lab.cli:lab",
+}
+HELP_LINES = {
+    "check": "Read-only compliance check (exit 0 compliant, 5 drift).",
+    "validate": "Run the validation role alone.",
+    "preflight": "SSH probe of all hosts in parallel, no Ansible.",
+    "stack": "Show or validate the stack manifest.",
+    "history": "List earlier runs, or diff two of them.",
+    "lab": "The simulated GPU lab (for tests and demos).",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when they are run (or their help shown)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*SUBCOMMANDS, *self.commands])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        target = SUBCOMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            if cmd_name == "lab":
+                raise click.ClickException(f"`provision lab` is not available: {exc}") from exc
+            raise
+        cmd = getattr(module, attr)
+        if not isinstance(cmd, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        self.commands[cmd_name] = cmd
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help without importing every subcommand.
+        rows = [(name, HELP_LINES.get(name, "")) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from provisioner.session import versions  # noqa: PLC0415
+
+    v = versions()
+    click.echo(f"provision {v['provision']}")
+    click.echo(f"ansible-core {v['ansible-core']}")
+    click.echo(f"ansible-runner {v['ansible-runner']}")
+    click.echo(f"Python {v['python']} ({sys.executable})")
+    ctx.exit(0)
+
+
+EPILOG = (
+    "Without a subcommand, `provision --host HOST` (or -i INVENTORY) runs the full provisioning: "
+    "preflight, driver, CUDA, cuDNN, NCCL, environment, PyTorch, validation.\n\n" + EXIT_CODES_HELP
+)
+
+
+@click.group(
+    cls=LazyGroup,
+    invoke_without_command=True,
+    epilog=EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version,
+              help="Show provision, ansible-core, ansible-runner and Python versions.")
+@options.targets
+@options.run_opts
+@options.full_run_opts
+@click.pass_context
+def cli(ctx: click.Context, /, **params: Any) -> None:  # noqa: ANN401
+    """Provision GPU servers to a validated multi-GPU training stack, and check fleets nightly."""
+    if ctx.invoked_subcommand is None:
+        from provisioner.commands.run import run_full  # noqa: PLC0415
+
+        run_full(ctx, params)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: maps exceptions to the documented exit codes."""
+    try:
+        rv = cli.main(args=argv, prog_name="provision", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("\ninterrupted", err=True)
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,24 @@
+"""`provision validate`: the validation role alone (playbooks/validate.yml)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from provisioner import options
+from provisioner.exitcodes import EXIT_CODES_HELP
+
+
+@click.command("validate", epilog=EXIT_CODES_HELP)
+@options.targets
+@options.run_opts
+@click.pass_context
+def validate(ctx: click.Context, /, **params: Any) -> None:  # noqa: ANN401
+    """Run the validation role alone (NCCL all-reduce, DDP smoke test)."""
+    from provisioner.session import Settings, execute  # noqa: PLC0415
+
+    merged = options.merged(ctx, params)
+    merged.pop("check_mode", None)
+    merged.pop("no_reboot", None)
+    ctx.exit(execute(Settings.from_params("validate", merged)))

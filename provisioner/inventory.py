@@ -1,0 +1,200 @@
+"""Inventories: build one from `--host` values, or validate an `-i` path and read its hosts.
+
+ansible-runner treats a string inventory that is not an existing path as inline inventory text, so a
+mistyped `-i` path would silently become a one-host inventory. Paths are therefore checked here and
+handed on absolute.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from provisioner.exitcodes import UsageProblem
+
+GROUP = "gpu_servers"
+_HOST_RE = re.compile(
+    r"^(?:(?P<user>[A-Za-z0-9_.][A-Za-z0-9_.-]*)@)?"
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+))"
+    r"(?::(?P<port>\d{1,5}))?$"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One host as the preflight and the inventory see it."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str | None = None
+    key_file: str | None = None
+    connection: str = "ssh"
+    known_hosts: str | None = None  # from ansible_ssh_common_args UserKnownHostsFile, if any
+    strict_host_key_checking: str | None = None  # from ansible_ssh_common_args: no | accept-new
+
+
+def parse_host(value: str, *, port: int | None = None, user: str | None = None) -> Target:
+    """`[user@]host[:port]` (IPv6 in brackets). Explicit --port/--user apply unless given inline."""
+    m = _HOST_RE.match(value.strip())
+    if not m:
+        raise UsageProblem(f"--host {value!r}: expected [user@]host[:port]")
+    address = m.group("v6") or m.group("host")
+    p = int(m.group("port")) if m.group("port") else (port or 22)
+    if not 0 < p < 65536:
+        raise UsageProblem(f"--host {value!r}: port {p} is out of range")
+    return Target(name=address, address=address, port=p, user=m.group("user") or user)
+
+
+def targets_from_hosts(
+    hosts: tuple[str, ...] | list[str],
+    *,
+    port: int | None = None,
+    user: str | None = None,
+    key_file: str | None = None,
+    connection: str = "ssh",
+) -> list[Target]:
+    seen: dict[str, Target] = {}
+    for value in hosts:
+        t = parse_host(value, port=port, user=user)
+        if t.name in seen:
+            raise UsageProblem(f"--host {t.name} given twice")
+        seen[t.name] = replace(t, key_file=key_file, connection=connection)
+    if not seen:
+        raise UsageProblem("no hosts: give --host HOST (repeatable) or -i INVENTORY")
+    return list(seen.values())
+
+
+def ansible_connection(connection: str) -> str:
+    return {"ssh": "ssh", "paramiko": "paramiko_ssh"}.get(connection, connection)
+
+
+def inventory_yaml(targets: list[Target]) -> str:
+    """A YAML inventory: every host in group `gpu_servers` with its connection vars."""
+    import yaml  # noqa: PLC0415 - lazy
+
+    hosts: dict[str, dict[str, Any]] = {}
+    for t in targets:
+        hv: dict[str, Any] = {
+            "ansible_host": t.address,
+            "ansible_port": t.port,
+            "ansible_connection": ansible_connection(t.connection),
+        }
+        if t.user:
+            hv["ansible_user"] = t.user
+        if t.key_file:
+            hv["ansible_ssh_private_key_file"] = t.key_file
+        hosts[t.name] = hv
+    doc = {"all": {"children": {GROUP: {"hosts": hosts}}}}
+    return str(yaml.safe_dump(doc, sort_keys=False))
+
+
+def write_inventory(targets: list[Target], directory: Path) -> Path:
+    path = directory / "inventory.yml"
+    path.write_text(inventory_yaml(targets), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+def check_inventory_path(value: str) -> Path:
+    """An `-i` value must be an existing file or directory; returned absolute."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise UsageProblem(f"inventory {value!r} does not exist")
+    return path.resolve()
+
+
+def ssh_option(args: str | None, name: str) -> str | None:
+    """The value of `-o NAME=VALUE` (first one wins, as in ssh) in an ssh args string."""
+    if not args:
+        return None
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return None
+    for i, w in enumerate(words):
+        if w == "-o" and i + 1 < len(words):
+            opt = words[i + 1]
+        elif w.startswith("-o") and len(w) > 2:
+            opt = w[2:]
+        else:
+            continue
+        m = re.match(rf"(?i)^\s*{re.escape(name)}\s*[= ]\s*(\S+)", opt)
+        if m:
+            return m.group(1)
+    return None
+
+
+def known_hosts_from_args(args: str | None) -> str | None:
+    """`-o UserKnownHostsFile=FILE` out of an ansible_ssh_common_args string."""
+    return ssh_option(args, "UserKnownHostsFile")
+
+
+def strict_checking_from_args(args: str | None) -> str | None:
+    """`no` or `accept-new` when the inventory relaxes host key checking, else None."""
+    value = (ssh_option(args, "StrictHostKeyChecking") or "").lower()
+    if value in ("no", "off"):
+        return "no"
+    if value == "accept-new":
+        return "accept-new"
+    return None
+
+
+def targets_from_inventory(
+    path: Path,
+    limit: str | None = None,
+    *,
+    port: int | None = None,
+    user: str | None = None,
+    key_file: str | None = None,
+    connection: str | None = None,
+) -> list[Target]:
+    """Read hosts and their connection vars with Ansible's own inventory parser."""
+    # lazy and heavy; ansible ships no type information
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.vars.manager import VariableManager  # noqa: PLC0415
+
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[str(path)])
+    if limit:
+        inv.subset(limit)
+    vm = VariableManager(loader=loader, inventory=inv)
+    out: list[Target] = []
+    for host in inv.get_hosts("all"):
+        hv = vm.get_vars(host=host, include_hostvars=False)
+        conn = str(hv.get("ansible_connection") or connection or "ssh")
+        if conn in ("paramiko", "ansible.builtin.paramiko_ssh"):
+            conn = "paramiko_ssh"
+        name = str(host.name)
+        common = " ".join(
+            str(hv.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+        )
+        # Explicit command-line options win over inventory values (as -u / --private-key would).
+        out.append(
+            Target(
+                name=name,
+                address=str(hv.get("ansible_host") or name),
+                port=int(port or hv.get("ansible_port") or hv.get("ansible_ssh_port") or 22),
+                user=user or _opt_str(hv.get("ansible_user") or hv.get("ansible_ssh_user")),
+                key_file=key_file or _opt_str(hv.get("ansible_ssh_private_key_file")),
+                connection=conn,
+                known_hosts=known_hosts_from_args(common),
+                strict_host_key_checking=(
+                    "no"
+                    if str(hv.get("ansible_host_key_checking", "")).lower() in ("false", "no", "0")
+                    else strict_checking_from_args(common)
+                ),
+            )
+        )
+    if not out:
+        where = f" matching --limit {limit!r}" if limit else ""
+        raise UsageProblem(f"inventory {path} has no hosts{where}")
+    return out
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value in (None, "") else str(value)

@@ -1,0 +1,392 @@
+"""Paramiko probe of all hosts in parallel, in seconds, before Ansible starts.
+
+Per host: reachable (connect timeout), host key known (unknown keys are refused with their SHA256
+fingerprint unless `accept_new`), authentication, `sudo -n`, OS/version/arch/kernel, target Python,
+NVIDIA devices (`lspci -nn -d 10de:`) and the current driver (`nvidia-smi`).
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import re
+import shlex
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.inventory import Target
+
+DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+_SECTIONS = ("os", "uname", "python", "sudo", "lspci", "driver")
+_PROBE_SCRIPT = r"""
+echo '==os'; cat /etc/os-release 2>/dev/null
+echo '==uname'; uname -r; uname -m
+echo '==python'
+python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null
+echo '==sudo'
+if [ "$(id -u)" = 0 ]; then echo root
+elif sudo -n true >/dev/null 2>&1; then echo ok
+else echo no; fi
+echo '==lspci'
+if command -v lspci >/dev/null 2>&1; then lspci -nn -d 10de: 2>/dev/null; echo "rc=$?"
+else echo 'rc=127'; fi
+echo '==driver'
+nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null; echo "rc=$?"
+"""
+
+
+@dataclass
+class ProbeResult:
+    host: str
+    address: str
+    port: int
+    status: str = "ok"  # ok | unreachable | failed | skipped
+    stage: str = ""  # where it stopped: resolve, connect, hostkey, auth, exec, sudo
+    message: str = ""
+    fingerprint: str | None = None
+    key_type: str | None = None
+    accepted_key: bool = False
+    os_id: str | None = None
+    os_version: str | None = None
+    os_name: str | None = None
+    arch: str | None = None
+    kernel: str | None = None
+    python: str | None = None
+    sudo: str | None = None  # root | ok | no
+    gpus: list[str] = field(default_factory=list)
+    lspci_available: bool | None = None
+    driver_version: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "skipped")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fingerprint(key_bytes: bytes) -> str:
+    """OpenSSH style `SHA256:<base64 without padding>`."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key_bytes).digest()).decode().rstrip("=")
+
+
+def known_hosts_name(address: str, port: int) -> str:
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def parse_sections(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {s: [] for s in _SECTIONS}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith("==") and line[2:] in out:
+            current = line[2:]
+            continue
+        if current:
+            out[current].append(line.rstrip())
+    return out
+
+
+def _rc(lines: list[str]) -> tuple[int, list[str]]:
+    if lines and lines[-1].startswith("rc="):
+        try:
+            return int(lines[-1][3:]), lines[:-1]
+        except ValueError:
+            pass
+    return -1, lines
+
+
+def apply_probe_output(result: ProbeResult, text: str) -> None:
+    """Fill OS, kernel, python, sudo, GPUs and driver from the probe script's output."""
+    sec = parse_sections(text)
+    osr: dict[str, str] = {}
+    for line in sec["os"]:
+        if "=" in line:
+            k, v = line.split("=", 1)
+            osr[k.strip()] = v.strip().strip('"').strip("'")
+    result.os_id = osr.get("ID") or None
+    result.os_version = osr.get("VERSION_ID") or None
+    result.os_name = osr.get("PRETTY_NAME") or None
+    uname = [x for x in sec["uname"] if x]
+    if uname:
+        result.kernel = uname[0]
+    if len(uname) > 1:
+        result.arch = uname[1]
+    py = [x for x in sec["python"] if x]
+    result.python = py[0] if py else None
+    sudo = [x for x in sec["sudo"] if x]
+    result.sudo = sudo[0] if sudo else None
+    rc, lines = _rc(sec["lspci"])
+    result.lspci_available = rc != 127
+    result.gpus = [x for x in lines if x.strip()]
+    rc, lines = _rc(sec["driver"])
+    versions = [x.strip() for x in lines if re.match(r"^\d+\.\d+", x.strip())]
+    result.driver_version = versions[0] if rc == 0 and versions else None
+
+
+def distro_dir(os_id: str | None, version: str | None) -> str | None:
+    """NVIDIA repo directory name for an /etc/os-release ID and VERSION_ID."""
+    if not os_id or not version:
+        return None
+    major = version.split(".")[0]
+    if os_id == "ubuntu":
+        return "ubuntu" + version.replace(".", "")
+    if os_id == "debian":
+        return f"debian{major}"
+    if os_id in ("rhel", "rocky", "almalinux", "ol", "centos"):
+        return f"rhel{major}"
+    return None
+
+
+def repo_arch(arch: str | None) -> str | None:
+    return {"x86_64": "x86_64", "aarch64": "sbsa", "ppc64le": "ppc64el"}.get(arch or "", arch)
+
+
+def matrix_warnings(
+    result: ProbeResult, distros: list[dict[str, Any]], carries: list[str], cuda: str
+) -> list[str]:
+    """Distro support against the matrix: unconfirmed or unknown -> a warning."""
+    d = distro_dir(result.os_id, result.os_version)
+    a = repo_arch(result.arch)
+    if d is None or a is None:
+        return [f"OS {result.os_name or result.os_id or '?'} is not one NVIDIA packages CUDA for"]
+    key = f"{d}/{a}"
+    if key in carries:
+        return []
+    row = next((x for x in distros if x.get("name") == d and a in x.get("arches", [])), None)
+    if row is None:
+        return [f"{key}: no CUDA {cuda} packages known for it (not in the matrix)"]
+    if row.get("confidence") == "U":
+        return [
+            f"{key}: CUDA {cuda} packages there are unconfirmed; declare "
+            f"mirrors.nvidia_repo_carries: [{key}] if your mirror has them"
+        ]
+    return []
+
+
+class _RecordingPolicy:
+    """Reject unknown host keys (recording them), or accept and append them when asked."""
+
+    def __init__(
+        self, accept_new: bool, known_hosts: Path, lock: threading.Lock, *, write: bool = True
+    ) -> None:
+        self.accept_new = accept_new
+        self.write = write
+        self.known_hosts = known_hosts
+        self.lock = lock
+        self.key: Any = None
+        self.accepted = False
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:  # noqa: ANN401
+        import paramiko  # noqa: PLC0415
+
+        self.key = key
+        if not self.accept_new:
+            raise paramiko.SSHException(f"host key for {hostname} is not known")
+        if not self.write:
+            self.accepted = True
+            return
+        with self.lock:
+            self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with self.known_hosts.open("a", encoding="utf-8") as fh:
+                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            self.known_hosts.chmod(0o600)
+        self.accepted = True
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    known_hosts: Path = DEFAULT_KNOWN_HOSTS
+    accept_new: bool = False
+    need_sudo: bool = True
+    connect_timeout: float = 10.0
+    command_timeout: float = 20.0
+
+
+def probe(target: Target, opts: ProbeOptions, lock: threading.Lock) -> ProbeResult:
+    start = time.monotonic()
+    result = ProbeResult(host=target.name, address=target.address, port=target.port)
+    try:
+        _probe(target, opts, lock, result)
+    finally:
+        result.seconds = round(time.monotonic() - start, 3)
+    return result
+
+
+def _fail(result: ProbeResult, status: str, stage: str, message: str) -> None:
+    result.status, result.stage, result.message = status, stage, message
+
+
+def _open_socket(target: Target, opts: ProbeOptions, result: ProbeResult) -> socket.socket | None:
+    where = f"{target.address}:{target.port}"
+    try:
+        infos = socket.getaddrinfo(target.address, target.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        _fail(result, "unreachable", "resolve", f"cannot resolve {target.address}: {exc.strerror}")
+        return None
+    family, _, _, _, sockaddr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(opts.connect_timeout)
+    try:
+        sock.connect(sockaddr)
+    except OSError as exc:
+        sock.close()
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        _fail(result, "unreachable", "connect", f"cannot connect to {where}: {reason}")
+        return None
+    return sock
+
+
+def _host_key_failure(
+    result: ProbeResult, target: Target, known: Path, key: Any, *, changed: bool  # noqa: ANN401
+) -> None:
+    hk_name = known_hosts_name(target.address, target.port)
+    result.fingerprint = fingerprint(key.asbytes())
+    result.key_type = key.get_name()
+    if changed:
+        msg = (
+            f"HOST KEY CHANGED for {hk_name}: offered {result.fingerprint} ({result.key_type}) "
+            f"does not match {known}; if the host was reinstalled, remove the old entry with "
+            f"`ssh-keygen -R '{hk_name}' -f {known}` and verify the new fingerprint"
+        )
+    else:
+        msg = (
+            f"unknown host key for {hk_name}: {result.fingerprint} ({result.key_type}), "
+            f"not in {known}. Verify it, then accept it with --accept-new-host-keys, or "
+            f"`ssh-keyscan -p {target.port} {shlex.quote(target.address)} >> {known}`"
+        )
+    _fail(result, "unreachable", "hostkey", msg)
+
+
+def _ssh_connect(
+    client: Any,  # noqa: ANN401 - paramiko.SSHClient, imported lazily
+    sock: socket.socket,
+    target: Target,
+    *,
+    opts: ProbeOptions,
+    policy: _RecordingPolicy,
+    known: Path,
+    result: ProbeResult,
+) -> bool:
+    import paramiko  # noqa: PLC0415
+
+    user = target.user or getpass.getuser()
+    where = f"{target.address}:{target.port}"
+    try:
+        client.connect(
+            target.address,
+            port=target.port,
+            username=user,
+            key_filename=str(Path(target.key_file).expanduser()) if target.key_file else None,
+            timeout=opts.connect_timeout,
+            banner_timeout=opts.connect_timeout,
+            auth_timeout=opts.connect_timeout,
+            sock=sock,
+            look_for_keys=True,
+            allow_agent=True,
+        )
+    except paramiko.BadHostKeyException as exc:
+        _host_key_failure(result, target, known, exc.key, changed=True)
+        return False
+    except paramiko.AuthenticationException as exc:
+        _fail(result, "unreachable", "auth", f"authentication failed for {user}@{where}: {exc}")
+        return False
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        if policy.key is not None and not policy.accepted:
+            _host_key_failure(result, target, known, policy.key, changed=False)
+        else:
+            _fail(result, "unreachable", "connect", f"SSH to {where} failed: {exc}")
+        return False
+    return True
+
+
+def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeResult) -> None:  # noqa: ANN401
+    import paramiko  # noqa: PLC0415
+
+    try:
+        _, stdout, _ = client.exec_command(
+            "sh -c " + shlex.quote(_PROBE_SCRIPT), timeout=opts.command_timeout
+        )
+        text = stdout.read().decode("utf-8", "replace")
+    except (paramiko.SSHException, OSError) as exc:
+        where = f"{target.address}:{target.port}"
+        _fail(result, "unreachable", "exec", f"running the probe on {where} failed: {exc}")
+        return
+    apply_probe_output(result, text)
+    if opts.need_sudo and result.sudo == "no":
+        _fail(
+            result,
+            "failed",
+            "sudo",
+            f"`sudo -n true` fails for {target.user or getpass.getuser()} on {target.name}: "
+            "give passwordless sudo, or use --ask-become-pass",
+        )
+    if result.lspci_available is False:
+        result.warnings.append("lspci not installed: NVIDIA devices not listed")
+    elif not result.gpus:
+        result.warnings.append("no NVIDIA PCI devices (lspci -d 10de:)")
+
+
+def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: ProbeResult) -> None:
+    import paramiko  # noqa: PLC0415 - lazy
+
+    if target.connection in ("local", "ansible.builtin.local"):
+        result.status, result.message = "skipped", "local connection: not probed"
+        return
+    sock = _open_socket(target, opts, result)
+    if sock is None:
+        return
+    known = Path(target.known_hosts or opts.known_hosts).expanduser()
+    relaxed = target.strict_host_key_checking  # from the inventory's ssh args: no | accept-new
+    policy = _RecordingPolicy(
+        opts.accept_new or relaxed in ("no", "accept-new"), known, lock, write=relaxed != "no"
+    )
+    client = paramiko.SSHClient()
+    try:
+        if known.is_file() and relaxed != "no":
+            client.load_system_host_keys(str(known))
+        client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
+        if not _ssh_connect(
+            client, sock, target, opts=opts, policy=policy, known=known, result=result
+        ):
+            return
+        if policy.accepted and policy.key is not None:
+            result.accepted_key = True
+            result.fingerprint = fingerprint(policy.key.asbytes())
+            result.key_type = policy.key.get_name()
+            into = f"into {known}" if policy.write else "(StrictHostKeyChecking=no)"
+            result.warnings.append(f"accepted new host key {result.fingerprint} {into}")
+        _run_probe(client, target, opts, result)
+    finally:
+        client.close()
+        sock.close()
+
+
+def run_preflight(
+    targets: list[Target], opts: ProbeOptions, *, deadline: float | None = None
+) -> list[ProbeResult]:
+    """Probe all targets in parallel threads. Stragglers past the deadline count as unreachable."""
+    lock = threading.Lock()
+    limit = deadline or (opts.connect_timeout * 3 + opts.command_timeout + 5)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(32, len(targets))), thread_name_prefix="probe")
+    futures = [pool.submit(probe, t, opts, lock) for t in targets]
+    wait(futures, timeout=limit)
+    pool.shutdown(wait=False, cancel_futures=True)
+    results: list[ProbeResult] = []
+    for t, f in zip(targets, futures, strict=True):
+        if f.done() and f.exception() is None:
+            results.append(f.result())
+            continue
+        r = ProbeResult(host=t.name, address=t.address, port=t.port, seconds=limit)
+        err = f.exception() if f.done() else None
+        _fail(r, "unreachable", "timeout" if err is None else "error",
+              f"no answer within {limit:.0f}s" if err is None else f"probe error: {err!r}")
+        results.append(r)
+    return results

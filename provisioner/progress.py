@@ -1,0 +1,151 @@
+"""Progress on stderr (live table on a TTY, one plain line per task result otherwise) and the
+final per-host summary.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from provisioner.events import RunState, TaskResult
+from provisioner.preflight import ProbeResult
+
+_MARK = {
+    "ok": "ok",
+    "changed": "changed",
+    "failed": "FAILED",
+    "skipped": "skipped",
+    "unreachable": "UNREACHABLE",
+    "ignored": "failed (ignored)",
+}
+
+
+def plain_line(r: TaskResult) -> str:
+    where = f"{r.role} : {r.task}" if r.role else r.task
+    msg = f" | {r.message.splitlines()[0][:300]}" if r.message else ""
+    return f"{r.host} | {_MARK.get(r.outcome, r.outcome)} | {where}{msg}"
+
+
+class Progress:
+    """Feeds events to a RunState and renders them."""
+
+    def __init__(
+        self,
+        state: RunState,
+        *,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+        verbosity: int = 0,
+    ) -> None:
+        self.state = state
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.verbosity = verbosity
+        self._live: Any = None
+        self._start = time.monotonic()
+
+    def __enter__(self) -> Progress:
+        if self.live:
+            from rich.console import Console  # noqa: PLC0415 - lazy
+            from rich.live import Live  # noqa: PLC0415
+
+            console = Console(file=self.stream)
+            self._live = Live(self._table(), console=console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        result = self.state.feed(event)
+        if self._live is not None:
+            if result is not None and result.outcome in ("failed", "unreachable"):
+                self._live.console.print(f"[red]{plain_line(result)}[/red]", markup=True)
+            self._live.update(self._table())
+            return
+        if result is not None and (result.outcome != "skipped" or self.verbosity > 0):
+            print(plain_line(result), file=self.stream, flush=True)
+        elif self.verbosity > 1 and event.get("stdout"):
+            print(str(event["stdout"]), file=self.stream, flush=True)
+
+    def _table(self) -> Any:  # noqa: ANN401 - a rich renderable
+        from rich.table import Table  # noqa: PLC0415
+
+        t = Table(title=f"provision: {self.state.play or 'starting'}", expand=False)
+        for col in ("host", "role", "task", "ok", "changed", "failed", "elapsed"):
+            t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=48)
+        for h in self.state.hosts.values():
+            failed = ("unreachable" if h.unreachable else str(h.failed))
+            t.add_row(h.name, h.role, h.task, str(h.ok), str(h.changed), failed,
+                      f"{h.elapsed():.0f}s")
+        return t
+
+
+def preflight_lines(results: list[ProbeResult]) -> list[str]:
+    lines = []
+    for r in results:
+        if r.status == "ok":
+            gpus = f"{len(r.gpus)} NVIDIA device(s)" if r.lspci_available else "lspci n/a"
+            drv = r.driver_version or "no driver"
+            lines.append(
+                f"preflight {r.host}: ok ({r.os_name or r.os_id}, {r.arch}, kernel {r.kernel}, "
+                f"python {r.python}, {gpus}, {drv}) in {r.seconds:.1f}s"
+            )
+        elif r.status == "skipped":
+            lines.append(f"preflight {r.host}: skipped ({r.message})")
+        else:
+            lines.append(f"preflight {r.host}: {r.status.upper()} at {r.stage}: {r.message}")
+        lines.extend(f"preflight {r.host}: warning: {w}" for w in r.warnings)
+    return lines
+
+
+def summary_table(report: dict[str, Any], stream: TextIO) -> None:
+    """The final per-host summary (always printed)."""
+    hosts: dict[str, dict[str, Any]] = report.get("hosts", {})
+    rows = []
+    for name, e in hosts.items():
+        c = e.get("counts") or {}
+        checks = e.get("checks") or []
+        bad = [f"{x['id']}={x['status']}" for x in checks if x["status"] in ("fail", "drift")]
+        facts = e.get("facts") or {}
+        rows.append(
+            [
+                name,
+                e["status"],
+                str(c.get("ok", "-")),
+                str(c.get("changed", "-")),
+                str(c.get("failed", "-")),
+                f"{sum(1 for x in checks if x['status'] == 'pass')}/{len(checks)}",
+                facts.get("driver_version") or "-",
+                ", ".join(bad)[:80] or (e.get("message") or "")[:80],
+            ]
+        )
+    header = ["host", "status", "ok", "changed", "failed", "checks", "driver", "problems"]
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
+              for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(fmt.format(*header), file=stream)
+    for r in rows:
+        print(fmt.format(*r), file=stream)
+    s = report.get("summary", {})
+    parts = [f"{s.get(k, 0)} {k}" for k in ("ok", "changed", "drift", "failed", "unreachable")]
+    print(
+        f"{report.get('command')} {report.get('run_id')}: {s.get('hosts', 0)} host(s): "
+        + ", ".join(parts)
+        + f"; {report.get('duration_s', 0):.1f}s; exit {report.get('exit_code')}",
+        file=stream,
+    )
+    if report.get("artifacts"):
+        print(f"Artifacts: {report['artifacts']}", file=stream)
+    for path in report.get("report_files", []):
+        print(f"Report: {path}", file=stream)
+
+
+def json_summary(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2)

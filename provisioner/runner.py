@@ -1,0 +1,198 @@
+"""The only module that imports ansible_runner. Runs a playbook, returns a frozen RunResult.
+
+Pitfalls handled (see shared/reference/style-anchors.md Part F): a fresh private data dir per run
+with `suppress_env_files` (no secrets or stale env files on disk); an absolute, existing inventory;
+ANSIBLE_HOST_KEY_CHECKING=True unless the caller says otherwise; only the environment Ansible needs;
+PATH gets the interpreter's bin dir so ansible-playbook is found without an activated venv; Ctrl-C
+(SIGINT/SIGTERM) cancels the run (status `canceled`, exit 130 upstream).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.exitcodes import SetupError, UsageProblem
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+# Environment variables passed through from the caller (everything else is dropped).
+_PASS_EXACT = frozenset(
+    {"HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "SSH_AUTH_SOCK", "SHELL"}
+)
+_PASS_PREFIX = ("LC_", "ANSIBLE_", "AWX_", "RUNNER_")
+_RUNNER_KEYS = frozenset({"ORIGINAL_STDOUT_CALLBACK", "JOB_ID", "AD_HOC_COMMAND_ID"})
+
+STAT_KEYS = ("ok", "changed", "failures", "dark", "skipped", "ignored", "rescued", "processed")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    project_dir: Path  # holds the playbook (cwd of ansible-playbook)
+    playbook: str  # relative to project_dir
+    roles_path: Path
+    inventory: Path
+    artifact_dir: Path
+    ident: str
+    extravars: Mapping[str, Any] = field(default_factory=dict)
+    limit: str | None = None
+    tags: str | None = None
+    skip_tags: str | None = None
+    check: bool = False
+    diff: bool = False
+    verbosity: int = 0
+    forks: int | None = None
+    become: bool | None = True  # None: leave it to the playbook and inventory
+    become_password: str | None = None
+    user: str | None = None  # -u, for -i inventories
+    private_key: str | None = None  # --private-key, for -i inventories
+    known_hosts: Path | None = None
+    host_key_checking: bool = True
+    pipelining: bool = True
+    rotate: int = 20
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    status: str  # successful | failed | timeout | canceled
+    rc: int
+    artifacts: Path
+    stats: Mapping[str, Mapping[str, int]]
+    command: tuple[str, ...] = ()
+
+    @property
+    def canceled(self) -> bool:
+        return self.status == "canceled"
+
+    def hosts_with(self, key: str) -> dict[str, int]:
+        return {h: n for h, n in self.stats.get(key, {}).items() if n}
+
+
+def exec_path(current: str | None = None) -> str:
+    """PATH with the running interpreter's bin directory first (venv need not be activated)."""
+    bindir = str(Path(sys.executable).parent)
+    parts = [p for p in (current if current is not None else os.environ.get("PATH", "")).split(":")]
+    return ":".join([bindir, *[p for p in parts if p and p != bindir]])
+
+
+def find_ansible_playbook(path: str | None = None) -> str:
+    found = shutil.which("ansible-playbook", path=path or exec_path())
+    if not found:
+        raise SetupError(
+            "ansible-playbook not found next to the Python interpreter or on PATH "
+            f"({sys.executable}); install ansible-core into this environment"
+        )
+    return found
+
+
+def filter_env(env: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep only what Ansible and ansible-runner need."""
+    return {
+        k: v
+        for k, v in env.items()
+        if k in _PASS_EXACT or k in _RUNNER_KEYS or k == "PATH" or k.startswith(_PASS_PREFIX)
+    }
+
+
+def build_env(req: RunRequest) -> dict[str, str]:
+    env: dict[str, str] = {
+        "PATH": exec_path(),
+        "ANSIBLE_HOST_KEY_CHECKING": str(req.host_key_checking),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_SSH_RETRIES": "0",
+    }
+    if req.pipelining and "ANSIBLE_PIPELINING" not in os.environ:
+        env["ANSIBLE_PIPELINING"] = "True"
+    if req.known_hosts is not None:
+        env["ANSIBLE_SSH_COMMON_ARGS"] = f"-o UserKnownHostsFile={req.known_hosts}"
+    env.update(req.extra_env)
+    return env
+
+
+def build_cmdline(req: RunRequest) -> list[str]:
+    args: list[str] = []
+    if req.check:
+        args.append("--check")
+    if req.diff:
+        args.append("--diff")
+    if req.become:
+        args.append("--become")
+    if req.become_password is not None:
+        args.append("--ask-become-pass")
+    if req.user:
+        args += ["--user", req.user]
+    if req.private_key:
+        args += ["--private-key", req.private_key]
+    return args
+
+
+def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
+    """Run one playbook through ansible-runner; blocks; events go to `on_event` as they come."""
+    import shlex  # noqa: PLC0415
+
+    import ansible_runner  # noqa: PLC0415 - the only import of ansible_runner, lazy by design
+
+    if not req.inventory.is_absolute() or not req.inventory.exists():
+        raise UsageProblem(f"inventory {req.inventory} does not exist (or is not absolute)")
+    if not (req.project_dir / req.playbook).is_file():
+        raise SetupError(f"playbook not found: {req.project_dir / req.playbook}")
+    find_ansible_playbook()
+    req.artifact_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def handle(event: dict[str, Any]) -> bool:
+        on_event(event)
+        return True  # keep it in job_events/
+
+    passwords: dict[str, str] = {}
+    if req.become_password is not None:
+        passwords = {r"^BECOME password.*:\s*?$": req.become_password}
+
+    extravars = dict(req.extravars)
+    if req.become is False:
+        extravars["ansible_become"] = False
+    cmdline = build_cmdline(req)
+    with tempfile.TemporaryDirectory(prefix="provision-pdd-") as pdd:
+        kwargs: dict[str, Any] = {
+            "private_data_dir": pdd,
+            "project_dir": str(req.project_dir),
+            "playbook": req.playbook,
+            "roles_path": [str(req.roles_path)],
+            "inventory": str(req.inventory),
+            "extravars": extravars,
+            "limit": req.limit,
+            "tags": req.tags,
+            "skip_tags": req.skip_tags,
+            "verbosity": req.verbosity or None,
+            "forks": req.forks,
+            "cmdline": shlex.join(cmdline) if cmdline else None,
+            "passwords": passwords,
+            "envvars": build_env(req),
+            "artifact_dir": str(req.artifact_dir),
+            "ident": req.ident,
+            "rotate_artifacts": req.rotate,
+            "suppress_env_files": True,
+            "quiet": True,
+            "event_handler": handle,
+        }
+        r = ansible_runner.interface.init_runner(**kwargs)
+        r.config.env = {**filter_env(r.config.env), **build_env(req)}
+        command = tuple(str(c) for c in (getattr(r.config, "command", None) or ()))
+        r.run()
+        stats = r.stats or {}
+        status, rc = str(r.status), int(r.rc if r.rc is not None else 1)
+    clean = {k: {str(h): int(n) for h, n in (stats.get(k) or {}).items()} for k in STAT_KEYS}
+    return RunResult(
+        status=status,
+        rc=rc,
+        artifacts=req.artifact_dir / req.ident,
+        stats=clean,
+        command=command,
+    )

@@ -1,0 +1,367 @@
+"""One `provision` run end to end: stack, targets, preflight, playbook, report, exit code.
+
+The commands (`provision`, `provision check`, `provision validate`) are thin wrappers around
+`execute()`; everything here is plain Python, testable with a fake runner.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import click
+
+from provisioner import extravars as ev
+from provisioner import inventory as inv
+from provisioner import stack as stk
+from provisioner.content import Content, locate
+from provisioner.events import RunState
+from provisioner.exitcodes import UsageProblem, exit_code_for
+from provisioner.history import diff_reports, format_diff
+from provisioner.preflight import (
+    DEFAULT_KNOWN_HOSTS,
+    ProbeOptions,
+    ProbeResult,
+    matrix_warnings,
+    run_preflight,
+)
+from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
+from provisioner.reports import host_entry, iso, summarize, write_all
+from provisioner.stack import Stack
+from provisioner.state import StateDir, default_state, new_run_id
+
+PLAYBOOKS = {"run": "site.yml", "check": "check.yml", "validate": "validate.yml"}
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for name, dist in (
+        ("provision", "provision"),
+        ("ansible-core", "ansible-core"),
+        ("ansible-runner", "ansible-runner"),
+    ):
+        try:
+            out[name] = version(dist)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    out["python"] = platform.python_version()
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    command: str  # run | check | validate
+    hosts: tuple[str, ...] = ()
+    inventory: str | None = None
+    limit: str | None = None
+    user: str | None = None
+    port: int | None = None
+    key: Path | None = None
+    become: bool | None = None
+    ask_become_pass: bool | None = None
+    forks: int | None = None
+    connection: str | None = None
+    known_hosts: Path | None = None
+    accept_new_host_keys: bool | None = None
+    stack_path: Path | None = None
+    extra_vars: tuple[str, ...] = ()
+    tags: str | None = None
+    skip_tags: str | None = None
+    diff: bool | None = None
+    report_dir: Path | None = None
+    verbosity: int = 0
+    as_json: bool | None = None
+    no_preflight: bool | None = None
+    check_mode: bool | None = None
+    no_reboot: bool | None = None
+    validate: bool = False  # `check --validate`
+
+    @classmethod
+    def from_params(cls, command: str, params: dict[str, Any], **extra: Any) -> Settings:  # noqa: ANN401
+        known = {f for f in cls.__dataclass_fields__ if f != "command"}
+        values = {k: v for k, v in params.items() if k in known}
+        values.update(extra)
+        values["hosts"] = tuple(values.get("hosts") or ())
+        values["extra_vars"] = tuple(values.get("extra_vars") or ())
+        values["verbosity"] = int(values.get("verbosity") or 0)
+        return cls(command=command, **values)
+
+    @property
+    def ansible_check(self) -> bool:
+        return self.command == "check" or bool(self.check_mode)
+
+
+@dataclass
+class Targets:
+    targets: list[inv.Target]
+    inventory_path: Path | None  # None: build one from --host
+    from_hosts: bool = field(default=False)
+
+
+def resolve_targets(s: Settings) -> Targets:
+    if s.hosts and s.inventory:
+        raise UsageProblem("give either --host or -i/--inventory, not both")
+    connection = s.connection or "ssh"
+    key = str(s.key.expanduser()) if s.key else None
+    if s.hosts:
+        targets = inv.targets_from_hosts(
+            s.hosts, port=s.port, user=s.user, key_file=key, connection=connection
+        )
+        return Targets(targets, None, from_hosts=True)
+    if s.inventory:
+        path = inv.check_inventory_path(s.inventory)
+        targets = inv.targets_from_inventory(
+            path, s.limit, port=s.port, user=s.user, key_file=key, connection=s.connection
+        )
+        return Targets(targets, path)
+    raise UsageProblem("no hosts: give --host HOST (repeatable) or -i INVENTORY")
+
+
+def echo_err(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def build_extravars(s: Settings, stack: Stack) -> dict[str, Any]:
+    extravars = stack.to_extravars(allow_reboot=not s.no_reboot)
+    if s.command == "check":
+        extravars["validation_enabled"] = bool(s.validate)
+    elif s.command == "validate":
+        extravars["validation_enabled"] = True
+    extravars.update(ev.parse(s.extra_vars))
+    return extravars
+
+
+def preflight_entry(r: ProbeResult) -> dict[str, Any]:
+    remediation = {
+        "resolve": "check the host name (DNS or /etc/hosts)",
+        "connect": "check that the host is up and sshd listens on the port",
+        "hostkey": "verify the fingerprint, then --accept-new-host-keys (unknown keys only)",
+        "auth": "check --user/--key, the ssh agent, and authorized_keys",
+        "sudo": "configure passwordless sudo or use --ask-become-pass",
+    }.get(r.stage, "")
+    check = {
+        "id": f"preflight.{r.stage or 'probe'}",
+        "status": "fail",
+        "expected": "reachable" if r.status == "unreachable" else "sudo -n works",
+        "actual": r.message,
+        "message": r.message,
+        "remediation": remediation,
+        "role": "preflight",
+    }
+    return host_entry(
+        status=r.status, checks=[check], facts={}, validation=None, message=r.message,
+        preflight=r.to_dict(),
+    )
+
+
+RunFn = Callable[..., Any]
+PreflightFn = Callable[..., list[ProbeResult]]
+
+
+@dataclass
+class Outcome:
+    """What the preflight and the playbook produced, before it becomes a report."""
+
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    probes: dict[str, ProbeResult] = field(default_factory=dict)
+    good: list[inv.Target] = field(default_factory=list)
+    artifacts: Path | None = None
+    run_status: str = "successful"
+    rc: int = 0
+
+
+def _preflight(
+    s: Settings, tg: Targets, stack: Stack, fn: PreflightFn | None, out: Outcome
+) -> None:
+    out.good = list(tg.targets)
+    if s.no_preflight:
+        return
+    opts = ProbeOptions(
+        known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
+        accept_new=bool(s.accept_new_host_keys),
+        need_sudo=s.become is not False and not s.ask_become_pass,
+    )
+    results = (fn or run_preflight)(tg.targets, opts)
+    for line in preflight_lines(results):
+        echo_err(line)
+    distros = stk.load_matrix().get("cuda", {}).get(stack.cuda_version, {}).get("distros", [])
+    for r in results:
+        out.probes[r.host] = r
+        if r.status == "ok":
+            for w in matrix_warnings(r, distros, stack.carries(), stack.cuda_version):
+                echo_err(f"preflight {r.host}: warning: {w}")
+        if not r.ok:
+            out.hosts[r.host] = preflight_entry(r)
+    out.good = [t for t in tg.targets if t.name not in out.probes or out.probes[t.name].ok]
+
+
+def _ansible(
+    s: Settings,
+    tg: Targets,
+    *,
+    content: Content,
+    extravars: dict[str, Any],
+    state: StateDir,
+    run_id: str,
+    run_fn: RunFn | None,
+    out: Outcome,
+) -> RunState:
+    rstate = RunState(check_mode=s.ansible_check)
+    if not out.good:
+        return rstate
+    from provisioner import runner  # noqa: PLC0415
+
+    become_password = None
+    if s.ask_become_pass:
+        become_password = click.prompt("BECOME password", hide_input=True, err=True)
+    limit = s.limit
+    if len(out.good) != len(tg.targets):
+        limit = ",".join(t.name for t in out.good)
+    with tempfile.TemporaryDirectory(prefix="provision-inv-") as tmp:
+        req = runner.RunRequest(
+            project_dir=content.playbooks,
+            playbook=PLAYBOOKS[s.command],
+            roles_path=content.roles,
+            inventory=tg.inventory_path or inv.write_inventory(tg.targets, Path(tmp)),
+            artifact_dir=state.runs,
+            ident=run_id,
+            extravars=extravars,
+            limit=limit,
+            tags=s.tags,
+            skip_tags=s.skip_tags,
+            check=s.ansible_check,
+            diff=bool(s.diff),
+            verbosity=s.verbosity,
+            forks=s.forks,
+            become=s.become is not False,
+            become_password=become_password,
+            user=s.user if not tg.from_hosts else None,
+            private_key=str(s.key.expanduser()) if s.key and not tg.from_hosts else None,
+            known_hosts=s.known_hosts.expanduser().resolve() if s.known_hosts else None,
+        )
+        progress = Progress(rstate, verbosity=s.verbosity)
+        with progress:
+            result = (run_fn or runner.run_playbook)(req, progress.on_event)
+    rstate.apply_stats({k: dict(v) for k, v in result.stats.items()})
+    out.artifacts, out.run_status, out.rc = result.artifacts, result.status, result.rc
+    if out.run_status == "canceled":
+        echo_err("interrupted: the run was cancelled")
+    return rstate
+
+
+def _host_entries(s: Settings, tg: Targets, rstate: RunState, out: Outcome) -> None:
+    for name, h in rstate.hosts.items():
+        if name in out.hosts:
+            continue
+        out.hosts[name] = host_entry(
+            status=h.status(check_mode=s.ansible_check),
+            checks=[dict(c) for c in h.checks],
+            facts=dict(h.facts),
+            validation=h.validation,
+            counts={"ok": h.ok, "changed": h.changed, "failed": h.failed, "skipped": h.skipped},
+            message=h.unreachable_msg,
+            preflight=out.probes[name].to_dict() if name in out.probes else None,
+        )
+    # hosts Ansible never reported (e.g. a playbook error before the first task)
+    for t in out.good:
+        if t.name not in out.hosts and out.run_status != "successful":
+            out.hosts[t.name] = host_entry(
+                status="failed", checks=[], facts={}, validation=None,
+                message=f"the run ended {out.run_status} (rc {out.rc}) before this host ran",
+            )
+    order = [t.name for t in tg.targets]
+    out.hosts = {
+        **{h: out.hosts[h] for h in order if h in out.hosts},
+        **{h: e for h, e in out.hosts.items() if h not in order},
+    }
+
+
+def _report(
+    s: Settings, stack: Stack, run_id: str, out: Outcome, *, started: float, finished: float
+) -> dict[str, Any]:
+    statuses = {h: e["status"] for h, e in out.hosts.items()}
+    code = exit_code_for(
+        statuses, run_status=out.run_status, rc=out.rc, drift_is_error=s.command == "check"
+    )
+    v = versions()
+    return {
+        "schema": 1,
+        "tool": "provision",
+        "version": v["provision"],
+        "versions": v,
+        "command": s.command,
+        "run_id": run_id,
+        "started": iso(started),
+        "finished": iso(finished),
+        "finished_ts": round(finished, 3),
+        "duration_s": round(finished - started, 3),
+        "check_mode": s.ansible_check,
+        "run_status": out.run_status,
+        "ansible_rc": out.rc,
+        "exit_code": int(code),
+        "stack": stack.data,
+        "stack_source": stack.source,
+        "stack_warnings": list(stack.warnings),
+        "artifacts": str(out.artifacts) if out.artifacts else None,
+        "summary": summarize(out.hosts),
+        "hosts": out.hosts,
+    }
+
+
+def _publish(s: Settings, report: dict[str, Any], state: StateDir) -> None:
+    previous = None
+    if s.command == "check":
+        previous = state.previous_report(s.command, report["run_id"], set(report["hosts"]))
+    state.save_report(report)
+    if s.report_dir is not None:
+        report["report_files"] = [str(p) for p in write_all(report, s.report_dir.expanduser())]
+    if previous is not None:
+        lines = format_diff(diff_reports(previous, report))
+        head = "changes since" if lines else "no changes since"
+        echo_err(f"{head} {previous['run_id']}" + (":" if lines else ""))
+        for line in lines:
+            echo_err(f"  {line}")
+    if s.as_json:
+        summary_table(report, sys.stderr)
+        click.echo(json_summary(report))
+    else:
+        summary_table(report, sys.stdout)
+
+
+def execute(
+    s: Settings,
+    *,
+    state: StateDir | None = None,
+    run_fn: RunFn | None = None,
+    preflight_fn: PreflightFn | None = None,
+    now: Callable[[], float] = time.time,
+) -> int:
+    """Run one command; returns the exit code. Raises ProvisionError for usage/setup problems."""
+    started = now()
+    stack = stk.load(s.stack_path)
+    for w in stack.warnings if not s.no_preflight else stack.all_warnings:
+        echo_err(f"warning: stack: {w}")
+    extravars = build_extravars(s, stack)
+    tg = resolve_targets(s)
+    content = locate()
+    content.playbook(PLAYBOOKS[s.command])  # SetupError (exit 4) before any host is contacted
+    state = state or default_state()
+    state.ensure()
+    run_id = new_run_id(s.command)
+    out = Outcome()
+    _preflight(s, tg, stack, preflight_fn, out)
+    rstate = _ansible(
+        s, tg, content=content, extravars=extravars, state=state, run_id=run_id,
+        run_fn=run_fn, out=out,
+    )
+    _host_entries(s, tg, rstate, out)
+    report = _report(s, stack, run_id, out, started=started, finished=now())
+    _publish(s, report, state)
+    return int(report["exit_code"])

@@ -1,0 +1,404 @@
+"""The stack manifest: load, reject unknown keys, resolve defaults, check the matrix, map to roles.
+
+A stack file may give any subset of the keys of `data/default-stack.yml`; the rest come from the
+default. Structural errors (unknown key, wrong type, bad value) and matrix rule violations raise
+`StackError` (exit 2) naming the key path or the rule. Facts the matrix marks unconfirmed become
+warnings, unless the mirror declares it carries them (`mirrors.nvidia_repo_carries`).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.exitcodes import SetupError, StackError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_STACK = DATA_DIR / "default-stack.yml"
+MATRIX = DATA_DIR / "matrix.yml"
+
+DISTRO_PREFIX = "distros: "
+_VERSION3 = r"^\d+\.\d+\.\d+$"
+_DISTRO_ARCH = r"^[a-z]+[0-9]+/(x86_64|sbsa|ppc64el|cross-linux-sbsa)$"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One leaf of the schema."""
+
+    kinds: tuple[type, ...]
+    nullable: bool = False
+    choices: tuple[Any, ...] = ()
+    pattern: str | None = None
+    hint: str = ""
+
+
+def _s(pattern: str | None = None, *, nullable: bool = False, hint: str = "") -> Field:
+    return Field((str,), nullable=nullable, pattern=pattern, hint=hint)
+
+
+def _choice(*values: str) -> Field:
+    return Field((str,), choices=values)
+
+
+SCHEMA: dict[str, Any] = {
+    "schema": Field((int,), choices=(1,)),
+    "name": _s(r"^[A-Za-z0-9_.-]+$"),
+    "driver": {
+        "branch": _s(r"^\d{3}$", hint='a driver branch such as "535"'),
+        "version": _s(
+            r"^\d+\.\d+(\.\d+)?$", nullable=True, hint='a full version such as "535.129.03"'
+        ),
+        "flavor": _choice("proprietary", "open"),
+        "fabricmanager": _choice("auto", "always", "never"),
+    },
+    "cuda": {"version": _s(r"^\d+\.\d+$", hint='major.minor such as "12.1"')},
+    "cudnn": {"version": _s(r"^\d+\.\d+\.\d+\.\d+$", hint='four parts such as "8.9.2.26"')},
+    "nccl": {"version": _s(_VERSION3, hint='three parts such as "2.18.3"')},
+    "pytorch": {
+        "version": _s(r"^\d+\.\d+\.\d+([.a-z0-9+]*)?$", hint='such as "2.5.1"'),
+        "build": _choice("cu121", "cpu"),
+        "venv": _s(r"^/", hint="an absolute path"),
+        "torchvision": _s(r"^\d+\.\d+\.\d+", nullable=True),
+        "torchaudio": _s(r"^\d+\.\d+\.\d+", nullable=True),
+    },
+    "mirrors": {
+        "nvidia_repo": _s(r"^(https?|file)://", hint="an http(s):// or file:// URL"),
+        "nvidia_repo_carries": Field((list,)),
+        "pytorch_index": _s(r"^(https?|file)://", nullable=True),
+        "pytorch_find_links": _s(None, nullable=True),
+    },
+    "validation": {
+        "enabled": Field((bool,)),
+        "backend": _choice("auto", "nccl", "gloo"),
+        "nproc_per_node": Field((str, int)),
+        "timeout_s": Field((int,)),
+        "network_interface": _s(r"^[A-Za-z0-9_.:@-]+$", nullable=True),
+        "thresholds": Field((dict,)),
+    },
+}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A resolved, validated stack."""
+
+    data: dict[str, Any]
+    source: str
+    warnings: tuple[str, ...] = field(default=())
+    # unconfirmed distro support; preflight reports it per host, so runs print it only without one
+    distro_warning: str | None = None
+
+    @property
+    def all_warnings(self) -> tuple[str, ...]:
+        return (*self.warnings, *([self.distro_warning] if self.distro_warning else []))
+
+    @property
+    def name(self) -> str:
+        return str(self.data["name"])
+
+    @property
+    def cuda_version(self) -> str:
+        return str(self.data["cuda"]["version"])
+
+    @property
+    def cudnn_major(self) -> int:
+        return int(str(self.data["cudnn"]["version"]).split(".", 1)[0])
+
+    def carries(self) -> list[str]:
+        return [str(x) for x in self.data["mirrors"]["nvidia_repo_carries"]]
+
+    def to_extravars(self, *, allow_reboot: bool = True) -> dict[str, Any]:
+        """The role variables of docs/architecture.md; `None` becomes "" for string variables."""
+        d = self.data
+        cuda = self.cuda_version
+        pt = d["pytorch"]
+        val = d["validation"]
+        mir = d["mirrors"]
+        return {
+            "nvidia_repo_base_url": mir["nvidia_repo"],
+            "nvidia_repo_carries": self.carries(),
+            "nvidia_driver_branch": d["driver"]["branch"],
+            "nvidia_driver_version": d["driver"]["version"] or "",
+            "nvidia_driver_flavor": d["driver"]["flavor"],
+            "nvidia_driver_fabricmanager": d["driver"]["fabricmanager"],
+            "nvidia_driver_allow_reboot": allow_reboot,
+            "cuda_toolkit_version": cuda,
+            "cuda_env_cuda_version": cuda,
+            "cudnn_version": d["cudnn"]["version"],
+            "cudnn_major": self.cudnn_major,
+            "cudnn_cuda_version": cuda,
+            "nccl_version": d["nccl"]["version"],
+            "nccl_cuda_version": cuda,
+            "pytorch_version": pt["version"],
+            "pytorch_build": pt["build"],
+            "pytorch_venv": pt["venv"],
+            "pytorch_index_url": mir["pytorch_index"] or "",
+            "pytorch_find_links": mir["pytorch_find_links"] or "",
+            "pytorch_torchvision_version": pt["torchvision"] or "",
+            "pytorch_torchaudio_version": pt["torchaudio"] or "",
+            "validation_enabled": val["enabled"],
+            "validation_backend": val["backend"],
+            "validation_nproc_per_node": val["nproc_per_node"],
+            "validation_timeout_s": val["timeout_s"],
+            "validation_network_interface": val["network_interface"] or "",
+            "validation_thresholds": copy.deepcopy(val["thresholds"]),
+        }
+
+
+def _yaml_load(path: Path) -> Any:  # noqa: ANN401 - YAML documents are untyped
+    import yaml  # noqa: PLC0415 - lazy: keep `provision --help` fast
+
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise StackError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def load_matrix(path: Path = MATRIX) -> dict[str, Any]:
+    if not path.is_file():
+        raise SetupError(f"compatibility matrix not found: {path} (broken install?)")
+    data = _yaml_load(path)
+    if not isinstance(data, dict):
+        raise SetupError(f"{path}: the matrix is not a mapping")
+    return data
+
+
+def _check_leaf(path: str, value: Any, spec: Field, errors: list[str]) -> Any:  # noqa: ANN401
+    if value is None:
+        if not spec.nullable:
+            errors.append(f"{path}: a value is required (got null)")
+        return value
+    if isinstance(value, float) and str in spec.kinds:
+        errors.append(f"{path}: {value!r} is a YAML number; quote it as a string (\"{value}\")")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and str in spec.kinds and (
+        int not in spec.kinds and spec.pattern is not None
+    ):
+        value = str(value)  # e.g. `branch: 535`
+    ok_type = isinstance(value, spec.kinds) and not (
+        isinstance(value, bool) and bool not in spec.kinds
+    )
+    if not ok_type:
+        want = " or ".join(k.__name__ for k in spec.kinds)
+        errors.append(f"{path}: expected {want}, got {type(value).__name__} {value!r}")
+        return value
+    if spec.choices and value not in spec.choices:
+        errors.append(f"{path}: {value!r} is not one of {', '.join(map(str, spec.choices))}")
+    if spec.pattern and isinstance(value, str) and not re.match(spec.pattern, value):
+        hint = f" (expected {spec.hint})" if spec.hint else ""
+        errors.append(f"{path}: {value!r} is not valid{hint}")
+    return value
+
+
+def _merge(path: str, user: Any, default: Any, schema: Any, errors: list[str]) -> Any:  # noqa: ANN401
+    if isinstance(schema, dict):
+        if not isinstance(user, Mapping):
+            errors.append(f"{path or 'stack'}: expected a mapping, got {type(user).__name__}")
+            return copy.deepcopy(default)
+        out: dict[str, Any] = {}
+        for key in user:
+            if key not in schema:
+                where = f"{path}.{key}" if path else str(key)
+                errors.append(f"{where}: unknown key (known: {', '.join(schema)})")
+        for key, sub in schema.items():
+            where = f"{path}.{key}" if path else key
+            if key in user:
+                out[key] = _merge(where, user[key], default[key], sub, errors)
+            else:
+                out[key] = copy.deepcopy(default[key])
+        return out
+    return _check_leaf(path, user, schema, errors)
+
+
+def _vtuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+def _rule_driver(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+                 errors: list[str], warnings: list[str]) -> None:
+    cuda = str(data["cuda"]["version"])
+    drv = data["driver"]
+    min_driver = str(row["min_driver"]["version"])
+    branch = int(drv["branch"])
+    if branch < _vtuple(min_driver)[0]:
+        errors.append(f"driver branch {branch} is below the minimum {min_driver} for CUDA {cuda}")
+    if drv["version"]:
+        version = str(drv["version"])
+        if not version.startswith(f"{drv['branch']}."):
+            errors.append(f"driver version {version} is not in branch {drv['branch']}")
+        if _vtuple(version) < _vtuple(min_driver):
+            errors.append(
+                f"driver version {version} is below the minimum {min_driver} for CUDA {cuda}"
+            )
+    okm = matrix.get("driver", {}).get("open_kernel_modules", {})
+    if drv["flavor"] == "open":
+        min_open = int(okm.get("min_branch", 515))
+        if branch < min_open:
+            errors.append(
+                f"open kernel modules need driver branch {min_open} or newer (got {branch})"
+            )
+        archs = ", ".join(okm.get("gpu_architectures", []))
+        warnings.append(f"driver.flavor open: supported only on GPUs of {archs}")
+
+
+def _rule_libraries(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+                    errors: list[str], warnings: list[str]) -> None:
+    cuda = str(data["cuda"]["version"])
+    cudnn = str(data["cudnn"]["version"])
+    major = int(cudnn.split(".", 1)[0])
+    cudnn_rows = {int(r["major"]): r for r in row.get("cudnn", [])}
+    crow = cudnn_rows.get(major)
+    if crow is None:
+        errors.append(
+            f"cuDNN {major}.x has no build for CUDA {cuda} "
+            f"(majors with builds: {', '.join(map(str, sorted(cudnn_rows)))})"
+        )
+    elif not cudnn.startswith(str(crow["prefix"])):
+        errors.append(
+            f"cuDNN {cudnn} has no build for CUDA {cuda} "
+            f"(builds for CUDA {cuda}: {crow['prefix']}x)"
+        )
+    elif cudnn not in [str(v) for v in crow.get("versions", [])]:
+        warnings.append(
+            f"cuDNN {cudnn} is not among the builds the matrix lists for CUDA {cuda} "
+            f"({', '.join(crow['versions'])}); unconfirmed"
+        )
+    nccl = str(data["nccl"]["version"])
+    nccl_known = [str(v) for r in row.get("nccl", []) for v in r.get("versions", [])]
+    if nccl not in nccl_known:
+        warnings.append(
+            f"NCCL {nccl} is not among the builds the matrix lists for CUDA {cuda} "
+            f"({', '.join(nccl_known)}); unconfirmed"
+        )
+
+
+def _rule_pytorch(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+                  errors: list[str], warnings: list[str]) -> None:
+    cuda = str(data["cuda"]["version"])
+    pt = data["pytorch"]
+    tv = str(pt["version"])
+    if pt["build"] != "cu121":
+        return
+    if cuda != "12.1":
+        errors.append(f"pytorch.build cu121 does not match CUDA {cuda}")
+    releases = matrix.get("pytorch", {}).get("cu121", {}).get("releases", {})
+    rel = releases.get(tv)
+    if rel is None:
+        first, last = min(releases, key=_vtuple), max(releases, key=_vtuple)
+        errors.append(f"torch {tv} has no cu121 wheels (cu121 wheels exist for {first} to {last})")
+        return
+    if pt["torchvision"] and str(pt["torchvision"]) != str(rel["torchvision"]):
+        errors.append(
+            f"torchvision {pt['torchvision']} does not pair with torch {tv} "
+            f"(torch {tv} pairs with torchvision {rel['torchvision']})"
+        )
+    if pt["torchaudio"] and str(pt["torchaudio"]) != tv:
+        errors.append(
+            f"torchaudio {pt['torchaudio']} does not pair with torch {tv} "
+            f"(torchaudio versions equal torch versions)"
+        )
+
+
+def _rule_validation(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+                     errors: list[str], warnings: list[str]) -> None:
+    val = data["validation"]
+    nproc = val["nproc_per_node"]
+    if isinstance(nproc, str) and nproc != "auto":
+        errors.append(f"validation.nproc_per_node: {nproc!r} is not 'auto' or a positive integer")
+    if isinstance(nproc, int) and nproc < 1:
+        errors.append("validation.nproc_per_node: must be a positive integer")
+    if val["timeout_s"] < 1:
+        errors.append("validation.timeout_s: must be a positive integer")
+
+
+def _rule_distros(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+                  errors: list[str], warnings: list[str]) -> None:
+    """Unconfirmed distros are warnings unless the mirror declares it carries them."""
+    cuda = str(data["cuda"]["version"])
+    carries = {str(c) for c in data["mirrors"]["nvidia_repo_carries"]}
+    for entry in data["mirrors"]["nvidia_repo_carries"]:
+        if not isinstance(entry, str) or not re.match(_DISTRO_ARCH, entry):
+            errors.append(
+                f"mirrors.nvidia_repo_carries: {entry!r} is not <distro>/<arch> "
+                f"such as debian12/x86_64"
+            )
+    unconfirmed = [
+        f"{d['name']}/{a}"
+        for d in row.get("distros", [])
+        if d.get("confidence") == "U"
+        for a in d.get("arches", [])
+    ]
+    missing = [u for u in unconfirmed if u not in carries]
+    if missing:
+        warnings.append(
+            f"{DISTRO_PREFIX}CUDA {cuda} packages for {', '.join(missing)} are unconfirmed; hosts there fail "
+            f"unless the mirror carries them (declare it in mirrors.nvidia_repo_carries)"
+        )
+
+
+RULES = (_rule_driver, _rule_libraries, _rule_pytorch, _rule_validation, _rule_distros)
+
+
+def _rules(data: dict[str, Any], matrix: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Matrix rules. Returns (errors, warnings)."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    cuda = str(data["cuda"]["version"])
+    cuda_rows = matrix.get("cuda", {})
+    row = cuda_rows.get(cuda)
+    if row is None:
+        known = ", ".join(sorted(cuda_rows))
+        errors.append(f"CUDA {cuda} is not in the compatibility matrix (known: {known})")
+        return errors, warnings
+    for rule in RULES:
+        rule(data, row, matrix, errors, warnings)
+    return errors, warnings
+
+
+def resolve(user: Mapping[str, Any] | None, *, source: str = "(inline)") -> Stack:
+    """Merge `user` over the default stack, validate structure and matrix rules."""
+    default = _yaml_load(DEFAULT_STACK) if DEFAULT_STACK.is_file() else None
+    if not isinstance(default, dict):
+        raise SetupError(f"default stack not found or invalid: {DEFAULT_STACK} (broken install?)")
+    errors: list[str] = []
+    data = _merge("", user or {}, default, SCHEMA, errors)
+    if errors:
+        raise StackError(f"stack {source}:\n  " + "\n  ".join(errors))
+    rule_errors, warnings = _rules(data, load_matrix())
+    if rule_errors:
+        raise StackError(f"stack {source}:\n  " + "\n  ".join(rule_errors))
+    distro = [w.removeprefix(DISTRO_PREFIX) for w in warnings if w.startswith(DISTRO_PREFIX)]
+    return Stack(
+        data=data,
+        source=source,
+        warnings=tuple(w for w in warnings if not w.startswith(DISTRO_PREFIX)),
+        distro_warning=distro[0] if distro else None,
+    )
+
+
+def load(path: Path | None) -> Stack:
+    """Load and resolve a stack file; `None` gives the built-in default."""
+    if path is None:
+        return resolve(None, source="built-in default")
+    if not path.is_file():
+        raise StackError(f"stack file not found: {path}")
+    user = _yaml_load(path)
+    if user is None:
+        user = {}
+    if not isinstance(user, dict):
+        raise StackError(f"stack {path}: expected a mapping at the top level")
+    if "name" not in user:
+        user = {**user, "name": re.sub(r"[^A-Za-z0-9_.-]", "-", path.stem) or "stack"}
+    return resolve(user, source=str(path))
+
+
+def dump(stack: Stack) -> str:
+    import yaml  # noqa: PLC0415
+
+    return str(yaml.safe_dump(stack.data, sort_keys=False, default_flow_style=False))
