@@ -20,6 +20,7 @@ class Deb:
     description: str
     arch: str = "amd64"
     section: str = "multiverse/devel"
+    source: str | None = None
     depends: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     replaces: list[str] = field(default_factory=list)
@@ -46,6 +47,7 @@ class Deb:
             f"Package: {self.name}",
             f"Version: {self.version}",
             f"Architecture: {self.arch}",
+            *([f"Source: {self.source}"] if self.source else []),
             "Maintainer: cudatools <cudatools@nvidia.com>",
             f"Section: {self.section}",
             "Priority: optional",

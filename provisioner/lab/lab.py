@@ -89,6 +89,14 @@ class Lab:
             self._serve_root = None
         self.repo = None
 
+    def build_foreign_repo(self, name: str = "foreign") -> Repo:
+        """A second copy of the repo, served by the same server under /<name>/, signed with
+        another throwaway key: hosts that trust the lab's cuda-keyring must refuse it."""
+        if self.repo is None:
+            raise LabError("start_repo() first")
+        return build_repo(self.repo.root / name, f"{self.repo.base_url}/{name}",
+                          self.dir / "cache" / "so")
+
     @property
     def wheels_url(self) -> str:
         if self.repo is None:

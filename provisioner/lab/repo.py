@@ -184,9 +184,12 @@ def _driver_debs(branch: str, version: str, cache: Path) -> Iterator[Deb]:
 
     meta = Deb(f"cuda-drivers-{branch}", f"{version}-1", f"CUDA Driver meta-package, branch {branch}",
                depends=[f"nvidia-driver-{branch} (= {pkgver})"])
+    _exclusive(meta, branch)
     yield meta
-    yield Deb(f"cuda-drivers-fabricmanager-{branch}", f"{version}-1",
-              "Fabric Manager meta-package", depends=[f"nvidia-fabricmanager-{branch} (= {version}-1)"])
+    fm_meta = Deb(f"cuda-drivers-fabricmanager-{branch}", f"{version}-1", "Fabric Manager meta-package",
+                  depends=[f"nvidia-fabricmanager-{branch} (= {version}-1)"])
+    _exclusive(fm_meta, branch)
+    yield fm_meta
     yield Deb("cuda-drivers", f"{version}-1", "CUDA Driver meta-package, newest branch",
               depends=[f"cuda-drivers-{branch} (= {version}-1)"])
 
@@ -199,6 +202,14 @@ def _driver_debs(branch: str, version: str, cache: Path) -> Iterator[Deb]:
         "ExecStart=/usr/bin/nvidia-persistenced --verbose\n"
         "ExecStopPost=/bin/rm -rf /run/nvidia-persistenced\n\n[Install]\nWantedBy=multi-user.target\n"))
     yield persist
+
+
+def _driver_set(branch: str, version: str, cache: Path) -> Iterator[Deb]:
+    """The driver packages of one version; those built from one source share a Source field."""
+    for deb in _driver_debs(branch, version, cache):
+        if deb.version.endswith("-0ubuntu1"):
+            deb.source = f"nvidia-graphics-drivers-{branch} ({deb.version})"
+        yield deb
 
 
 # ------------------------------------------------------------------------------------ toolkits
@@ -352,7 +363,7 @@ def all_debs(cache: Path) -> list[Deb]:
     debs: list[Deb] = []
     for branch, versions in DRIVER_VERSIONS.items():
         for version in versions:
-            debs += _driver_debs(branch, version, cache)
+            debs += _driver_set(branch, version, cache)
     debs += _common_config_debs()
     for tk in TOOLKITS:
         debs += _toolkit_debs(tk, cache)
