@@ -1,0 +1,131 @@
+"""`provision lab ...` (also `python -m provisioner.lab ...`): bring the simulated lab up and down."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from provisioner.exitcodes import ExitCode
+from provisioner.lab.lab import Lab, unavailable_reason
+from provisioner.lab.profiles import profile_names
+from provisioner.lab.util import LabError
+
+lab_dir_option = click.option(
+    "--lab-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Lab directory (default $PROVISION_LAB_DIR or /var/tmp/provision-lab).")
+
+
+def _need_lab() -> None:
+    reason = unavailable_reason()
+    if reason:
+        click.echo(f"Error: the simulated lab cannot run here: {reason}.", err=True)
+        raise SystemExit(int(ExitCode.SETUP))
+
+
+@click.group()
+def lab() -> None:
+    """The simulated GPU lab: systemd-nspawn hosts with fake NVIDIA GPUs, a signed fake NVIDIA
+    repository and a PyTorch wheelhouse on 127.0.0.1. Needs root, systemd-nspawn and overlayfs."""
+
+
+@lab.command()
+@lab_dir_option
+def build(lab_dir: Path | None) -> None:
+    """Build (or reuse) the base image and the wheelhouse."""
+    _need_lab()
+    the_lab = Lab(lab_dir)
+    started = time.monotonic()
+    try:
+        base = the_lab.ensure_base(log=True)
+    except LabError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"base:       {base.path} ({time.monotonic() - started:.1f}s)")
+    click.echo(f"wheelhouse: {the_lab.dir / 'wheelhouse'}")
+
+
+def _parse_profiles(value: str) -> list[str]:
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in names if p not in profile_names()]
+    if not names or unknown:
+        raise click.BadParameter(f"unknown profile(s) {', '.join(unknown) or value!r}; "
+                                 f"known: {', '.join(profile_names())}")
+    return names
+
+
+@lab.command()
+@click.option("--hosts", "-n", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Number of hosts (1-16).")
+@click.option("--profile", "-p", default="h100-sxm-8", show_default=True,
+              help="GPU profile(s), comma-separated; host i gets the i-th (the last repeats). "
+                   f"Known: {', '.join(profile_names())}.")
+@lab_dir_option
+def up(hosts: int, profile: str, lab_dir: Path | None) -> None:
+    """Boot a fleet that stays up until `provision lab down`."""
+    profiles = _parse_profiles(profile)
+    _need_lab()
+    the_lab = Lab(lab_dir)
+    fleet_dir = the_lab.dir / "fleet"
+    if (fleet_dir / "fleet.json").exists():
+        raise click.ClickException(f"a lab fleet is already up in {fleet_dir}; run `provision lab down`")
+    try:
+        t0 = time.monotonic()
+        the_lab.ensure_base(log=True)
+        repo = the_lab.start_detached_repo()
+        t1 = time.monotonic()
+        fleet = the_lab.create_fleet(hosts, profiles, path=fleet_dir, detached=True)
+        t2 = time.monotonic()
+    except LabError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"lab up: {len(fleet.hosts)} host(s) in {t2 - t1:.1f}s (base+repo {t1 - t0:.1f}s)")
+    for h in fleet.hosts:
+        click.echo(f"  {h.name:6} {h.address:15} {h.profile}")
+    click.echo(f"repo:      {repo.repos_url}/debian12/x86_64/")
+    click.echo(f"wheels:    {repo.base_url}/wheels/")
+    click.echo(f"inventory: {fleet.inventory_path}")
+    click.echo(f"stack:     {fleet.stack_path}")
+    click.echo("run:")
+    click.echo(f"  provision -i {fleet.inventory_path} --stack {fleet.stack_path} --report-dir ./lab-report")
+    click.echo(f"  ssh -i {fleet.hosts[0].key} -o UserKnownHostsFile={fleet.known_hosts} "
+               f"{fleet.hosts[0].user}@{fleet.hosts[0].address}")
+
+
+@lab.command()
+@lab_dir_option
+def down(lab_dir: Path | None) -> None:
+    """Tear down the `lab up` fleet, its server, and fleets left behind by killed test runs."""
+    _need_lab()
+    the_lab = Lab(lab_dir)
+    failed = []
+    for fleet in the_lab.fleets():
+        try:
+            fleet.destroy()
+            click.echo(f"destroyed fleet {fleet.id} ({len(fleet.hosts)} host(s)) in {fleet.dir}")
+        except LabError as exc:
+            failed.append(str(exc))
+    if the_lab.stop_detached_repo():
+        click.echo("stopped the repo server")
+    if failed:
+        raise click.ClickException("; ".join(failed))
+
+
+@lab.command()
+@lab_dir_option
+def status(lab_dir: Path | None) -> None:
+    """Show the base image, the repo server and every fleet with its hosts' state."""
+    the_lab = Lab(lab_dir)
+    click.echo(f"lab dir: {the_lab.dir}")
+    bases = sorted(p.name for p in the_lab.dir.glob("base-*") if (p / "recipe.json").exists())
+    click.echo(f"base:    {', '.join(bases) or 'not built'}")
+    repo = the_lab.detached_repo()
+    click.echo(f"server:  {repo.base_url if repo else 'not running'}")
+    fleets = the_lab.fleets()
+    if not fleets:
+        click.echo("fleets:  none")
+    for fleet in fleets:
+        click.echo(f"fleet {fleet.id} ({fleet.dir}):")
+        states = fleet.state() if not unavailable_reason() else {}
+        for h in fleet.hosts:
+            click.echo(f"  {h.name:6} {h.address:15} {h.profile:12} {states.get(h.name, '?')}")
+        click.echo(f"  inventory: {fleet.inventory_path}")
