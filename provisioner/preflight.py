@@ -299,8 +299,12 @@ def _ssh_connect(
         _fail(result, "unreachable", "auth", f"authentication failed for {user}@{where}: {exc}")
         return False
     except (paramiko.SSHException, OSError, EOFError) as exc:
+        transport = client.get_transport()
         if policy.key is not None and not policy.accepted:
             _host_key_failure(result, target, known, policy.key, changed=False)
+        elif transport is not None and transport.is_active() and not transport.is_authenticated():
+            # paramiko re-raises the last key-loading error after every key was refused
+            _fail(result, "unreachable", "auth", f"authentication failed for {user}@{where}: {exc}")
         else:
             _fail(result, "unreachable", "connect", f"SSH to {where} failed: {exc}")
         return False

@@ -1,0 +1,254 @@
+"""Option parsing and command wiring (CliRunner; the run itself is replaced by a recorder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from provisioner import session, stack
+from provisioner.cli import cli
+from provisioner.exitcodes import UsageProblem
+from provisioner.extravars import parse as parse_extravars
+from provisioner.state import StateDir
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[session.Settings]:
+    seen: list[session.Settings] = []
+
+    def fake(s: session.Settings, **_: Any) -> int:
+        seen.append(s)
+        return 0
+
+    monkeypatch.setattr(session, "execute", fake)
+    return seen
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_default_command_is_the_full_run(calls: list[session.Settings], tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    r = invoke(
+        "--host",
+        "gpu01",
+        "--host",
+        "admin@gpu02:2222",
+        "--user",
+        "ops",
+        "--port",
+        "2200",
+        "--key",
+        str(key),
+        "--no-become",
+        "--forks",
+        "7",
+        "--connection",
+        "paramiko",
+        "-e",
+        "a=1",
+        "-e",
+        "b=2 c=3",
+        "--tags",
+        "nvidia_driver,cudnn",
+        "--skip-tags",
+        "validation",
+        "--check",
+        "--diff",
+        "--no-reboot",
+        "--report-dir",
+        str(tmp_path / "r"),
+        "-vvv",
+        "--json",
+        "--known-hosts",
+        str(tmp_path / "kh"),
+        "--accept-new-host-keys",
+        "--no-preflight",
+    )
+    assert r.exit_code == 0, r.output
+    (s,) = calls
+    assert s.command == "run"
+    assert s.hosts == ("gpu01", "admin@gpu02:2222")
+    assert (s.user, s.port, s.key, s.become, s.forks, s.connection) == (
+        "ops",
+        2200,
+        key,
+        False,
+        7,
+        "paramiko",
+    )
+    assert s.extra_vars == ("a=1", "b=2 c=3")
+    assert (s.tags, s.skip_tags) == ("nvidia_driver,cudnn", "validation")
+    assert s.check_mode and s.diff and s.no_reboot and s.as_json and s.no_preflight
+    assert s.accept_new_host_keys
+    assert s.verbosity == 3
+    assert s.report_dir == tmp_path / "r"
+    assert s.known_hosts == tmp_path / "kh"
+    assert s.ansible_check
+
+
+def test_check_takes_options_before_or_after_the_subcommand(calls: list[session.Settings]) -> None:
+    assert invoke("check", "--host", "a", "--validate", "--json").exit_code == 0
+    assert invoke("--host", "b", "-v", "check").exit_code == 0
+    first, second = calls
+    assert (first.command, first.hosts, first.validate, first.as_json) == (
+        "check",
+        ("a",),
+        True,
+        True,
+    )
+    assert (second.command, second.hosts, second.verbosity) == ("check", ("b",), 1)
+    assert second.ansible_check
+    assert not second.validate
+
+
+def test_validate_command(calls: list[session.Settings]) -> None:
+    assert invoke("validate", "-i", "inv.yml", "--limit", "g*").exit_code == 0
+    (s,) = calls
+    assert (s.command, s.inventory, s.limit) == ("validate", "inv.yml", "g*")
+
+
+def test_no_hosts_prints_help_and_exits_2() -> None:
+    r = CliRunner().invoke(cli, ["--json"])
+    assert r.exit_code == 2
+    assert "Exit codes:" in r.output
+
+
+def test_help_lists_exit_codes_and_commands() -> None:
+    r = invoke("--help")
+    assert r.exit_code == 0
+    for text in (
+        "0 success",
+        "1 a host failed",
+        "2 usage or",
+        "3 a host unreachable",
+        "4 setup error",
+        "5 drift found by check",
+        "130 interrupted",
+    ):
+        assert text in r.output.replace("\n  ", " ")
+    for cmd in ("check", "validate", "preflight", "stack", "history", "lab"):
+        assert f"  {cmd} " in r.output
+
+
+def test_version_lists_the_four_versions() -> None:
+    r = invoke("--version")
+    assert r.exit_code == 0
+    lines = r.output.splitlines()
+    assert lines[0].startswith("provision ")
+    assert lines[1].startswith("ansible-core 2.")
+    assert lines[2].startswith("ansible-runner 2.")
+    assert lines[3].startswith("Python 3.")
+
+
+def test_bad_option_values_exit_2() -> None:
+    assert CliRunner().invoke(cli, ["--host", "h", "--port", "0"]).exit_code == 2
+    assert CliRunner().invoke(cli, ["--host", "h", "--connection", "telnet"]).exit_code == 2
+    assert CliRunner().invoke(cli, ["nosuchcommand"]).exit_code == 2
+
+
+def test_host_and_inventory_together_is_a_usage_error(state_dir: Path, demo_content: Path) -> None:
+    r = CliRunner().invoke(cli, ["--host", "a", "-i", str(demo_content / "inventory.yml")])
+    assert r.exit_code == 2
+    assert "either --host or -i" in r.output
+
+
+def test_missing_inventory_is_a_usage_error(state_dir: Path, tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["check", "-i", str(tmp_path / "typo.yml")])
+    assert r.exit_code == 2
+    assert "typo.yml' does not exist" in r.output
+
+
+def test_bad_stack_exits_2_naming_the_rule(state_dir: Path, tmp_path: Path) -> None:
+    f = tmp_path / "s.yml"
+    f.write_text("driver: {branch: '525'}\n")
+    r = CliRunner().invoke(cli, ["--host", "h", "--stack", str(f)])
+    assert r.exit_code == 2
+    assert "driver branch 525 is below the minimum 530.30.02 for CUDA 12.1" in r.output
+    r = CliRunner().invoke(cli, ["stack", "validate", "--stack", str(f)])
+    assert r.exit_code == 2
+
+
+def test_stack_show_and_validate(tmp_path: Path) -> None:
+    r = invoke("stack", "show", "--json")
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["driver"]["branch"] == "535"
+    r = invoke("stack", "show", "--vars")
+    assert "nvidia_driver_branch: '535'" in r.stdout
+    r = invoke("stack", "show")
+    assert r.stdout.startswith("# source: built-in default")
+    r = invoke("stack", "validate")
+    assert r.exit_code == 0
+    assert "valid" in r.stdout
+    assert "debian12/x86_64" in r.stderr
+
+
+def test_extra_vars_forms(tmp_path: Path) -> None:
+    f = tmp_path / "v.yml"
+    f.write_text("nvidia_driver_branch: '550'\nnested: {a: 1}\n")
+    got = parse_extravars(["x=1 y='a b'", f"@{f}", '{"z": [1, 2]}', "x=2"])
+    assert got == {
+        "x": "2",
+        "y": "a b",
+        "nvidia_driver_branch": "550",
+        "nested": {"a": 1},
+        "z": [1, 2],
+    }
+    for bad in ["novalue", "@/does/not/exist", "[1, 2]", "1x=2"]:
+        with pytest.raises(UsageProblem):
+            parse_extravars([bad])
+
+
+def test_extra_vars_override_the_stack() -> None:
+    s = session.Settings(command="run", extra_vars=("nvidia_driver_branch=550",), no_reboot=True)
+
+    ev = session.build_extravars(s, stack.load(None))
+    assert ev["nvidia_driver_branch"] == "550"
+    assert ev["nvidia_driver_allow_reboot"] is False
+    chk = session.build_extravars(session.Settings(command="check"), stack.load(None))
+    assert chk["validation_enabled"] is False
+    chk = session.build_extravars(
+        session.Settings(command="check", validate=True), stack.load(None)
+    )
+    assert chk["validation_enabled"] is True
+
+
+def test_history_commands(state_dir: Path) -> None:
+
+    sd = StateDir(state_dir)
+    for rid, st in (
+        ("20260101T000000Z-check-aaaaaa", "pass"),
+        ("20260102T000000Z-check-bbbbbb", "drift"),
+    ):
+        sd.save_report(
+            {
+                "run_id": rid,
+                "command": "check",
+                "exit_code": 0 if st == "pass" else 5,
+                "summary": {"hosts": 1},
+                "hosts": {
+                    "g1": {
+                        "status": "ok" if st == "pass" else "drift",
+                        "facts": {},
+                        "checks": [{"id": "driver.hold", "status": st}],
+                    }
+                },
+            }
+        )
+    r = invoke("history", "list")
+    assert r.exit_code == 0
+    assert "20260101T000000Z-check-aaaaaa" in r.stdout
+    assert "exit 5" in r.stdout
+    r = invoke("history", "diff", "20260101", "20260102")
+    assert r.exit_code == 0
+    assert "g1: ok -> drift" in r.stdout
+    assert "new drift: driver.hold: pass -> drift" in r.stdout
+    r = invoke("history", "diff", "previous", "latest", "--json")
+    assert json.loads(r.stdout)["hosts"][0]["status"] == {"before": "ok", "after": "drift"}
+    r = CliRunner().invoke(cli, ["history", "diff", "nope"])
+    assert r.exit_code == 2

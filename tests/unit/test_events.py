@@ -1,0 +1,156 @@
+"""Per-host state and exit codes from RECORDED runner events (fixtures/record_events.py)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import recorded
+
+from provisioner.events import RunState, normalize_check
+from provisioner.exitcodes import ExitCode, exit_code_for
+
+
+def replay(name: str, *, check_mode: bool) -> RunState:
+    rec = recorded(name)
+    state = RunState(check_mode=check_mode)
+    outcomes = [state.feed(e) for e in rec["events"]]
+    assert any(o is not None for o in outcomes)
+    state.apply_stats(rec["stats"])
+    assert state.stats_seen
+    return state
+
+
+def statuses(state: RunState, *, check_mode: bool) -> dict[str, str]:
+    return {h: s.status(check_mode=check_mode) for h, s in state.hosts.items()}
+
+
+def test_recorded_normal_run_host_statuses_and_exit_code() -> None:
+    st = replay("run", check_mode=False)
+    got = statuses(st, check_mode=False)
+    assert got == {
+        "h-ok": "ok",
+        "h-changed": "changed",
+        "h-drift": "drift",
+        "h-fail": "failed",
+        "h-taskfail": "failed",
+        "h-unreachable": "unreachable",
+    }
+    rec = recorded("run")
+    assert exit_code_for(got, run_status=rec["status"], rc=rec["rc"]) == ExitCode.FAILED
+    # without the failed hosts, the unreachable one decides
+    rest = {h: s for h, s in got.items() if s != "failed"}
+    assert exit_code_for(rest, run_status="failed", rc=4) == ExitCode.UNREACHABLE
+
+
+def test_recorded_counts_match_ansible_stats() -> None:
+    rec = recorded("run")
+    st = replay("run", check_mode=False)
+    for host, h in st.hosts.items():
+        assert h.changed == rec["stats"]["changed"].get(host, 0), host
+        assert h.failed == rec["stats"]["failures"].get(host, 0), host
+        assert h.skipped == rec["stats"]["skipped"].get(host, 0), host
+        assert h.ok + h.changed == rec["stats"]["ok"].get(host, 0), host
+
+
+def test_checks_facts_and_validation_are_collected() -> None:
+    st = replay("run", check_mode=False)
+    ok = st.hosts["h-ok"]
+    ids = [c["id"] for c in ok.checks]
+    assert ids == ["demo.version", "demo.skipped"]
+    version = ok.checks[0]
+    assert version["status"] == "pass"
+    assert version["expected"] == "1.0"
+    assert set(version) >= {"id", "status", "expected", "actual", "message", "remediation"}
+    assert ok.facts["driver_version"] == "535.129.03"
+    assert ok.facts["gpu_count"] == 2
+    assert ok.validation is None
+    assert st.hosts["h-changed"].validation == {"allreduce_busbw_gbps": 123.4, "passed": True}
+    drift = st.hosts["h-drift"].checks[0]
+    assert (drift["status"], drift["actual"]) == ("drift", "0.9")
+
+
+def test_failed_task_becomes_a_role_task_check() -> None:
+    st = replay("run", check_mode=False)
+    synth = [c for c in st.hosts["h-taskfail"].checks if c["id"] == "demo_role.task"]
+    assert len(synth) == 1
+    assert synth[0]["status"] == "fail"
+    assert "non-zero return code" in synth[0]["message"]
+    assert "Fail a task that is not a check" in synth[0]["actual"]
+
+
+def test_assert_after_a_failed_check_adds_no_task_check() -> None:
+    st = replay("run", check_mode=False)
+    ids = [c["id"] for c in st.hosts["h-fail"].checks]
+    assert "demo_role.task" not in ids
+    assert st.hosts["h-fail"].failed == 1
+
+
+def test_unreachable_host_from_events() -> None:
+    st = replay("run", check_mode=False)
+    h = st.hosts["h-unreachable"]
+    assert h.unreachable
+    assert "refused" in h.unreachable_msg.lower() or "port 1" in h.unreachable_msg
+
+
+def test_recorded_check_run_drift_and_pending_changes() -> None:
+    st = replay("check", check_mode=True)
+    got = statuses(st, check_mode=True)
+    assert got["h-ok"] == "ok"
+    assert got["h-drift"] == "drift"
+    assert got["h-changed"] == "drift"  # a task that would change the host is drift
+    pending = [c for c in st.hosts["h-changed"].checks if c["id"] == "demo_role.pending"]
+    assert pending and pending[0]["status"] == "drift"
+    assert got["h-fail"] == "failed"
+    assert got["h-taskfail"] == "ok"  # the failing command is skipped in check mode
+    no_fail = {h: s for h, s in got.items() if s not in ("failed", "unreachable")}
+    assert exit_code_for(no_fail, drift_is_error=True) == ExitCode.DRIFT
+    assert exit_code_for(no_fail) == ExitCode.OK  # drift is only an error for `check`
+    assert exit_code_for({"h-ok": "ok"}, drift_is_error=True) == ExitCode.OK
+
+
+@pytest.mark.parametrize(
+    ("statuses_", "kw", "code"),
+    [
+        ({"a": "ok", "b": "changed"}, {}, 0),
+        ({"a": "ok", "b": "failed", "c": "unreachable"}, {}, 1),
+        ({"a": "ok", "c": "unreachable"}, {}, 3),
+        ({"a": "drift", "c": "unreachable"}, {"drift_is_error": True}, 3),
+        ({"a": "drift"}, {"drift_is_error": True}, 5),
+        ({"a": "failed", "b": "drift"}, {"drift_is_error": True}, 1),
+        ({"a": "failed"}, {"run_status": "canceled"}, 130),
+        ({}, {"run_status": "failed", "rc": 4}, 1),
+        ({"a": "ok"}, {"run_status": "timeout", "rc": 254}, 1),
+    ],
+)
+def test_exit_code_precedence(statuses_: dict, kw: dict, code: int) -> None:
+    assert exit_code_for(statuses_, **kw) == code
+
+
+def test_normalize_check_rejects_junk_and_unknown_status() -> None:
+    assert normalize_check("x", "r") is None
+    assert normalize_check({"status": "pass"}, "r") is None
+    c = normalize_check({"id": "a.b", "status": "weird"}, "r")
+    assert c is not None
+    assert c["status"] == "fail"
+    assert c["expected"] is None
+    assert c["remediation"] == ""
+
+
+def test_last_published_check_list_wins() -> None:
+    st = RunState()
+    for status in ("drift", "pass"):
+        st.feed(
+            {
+                "event": "runner_on_ok",
+                "event_data": {
+                    "host": "h",
+                    "role": "r",
+                    "task": "t",
+                    "res": {
+                        "changed": False,
+                        "ansible_facts": {"r_checks": [{"id": "r.x", "status": status}]},
+                    },
+                },
+            }
+        )
+    assert [c["status"] for c in st.hosts["h"].checks] == ["pass"]
+    assert st.hosts["h"].status() == "ok"

@@ -1,0 +1,247 @@
+"""Preflight: host keys, auth and the probe against an in-process SSH server; parsing helpers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import paramiko
+import pytest
+from sshd_fake import FakeSSHD
+
+from provisioner import preflight as pf
+from provisioner.inventory import Target
+from provisioner.stack import load_matrix
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    d = tmp_path_factory.mktemp("keys")
+    client = paramiko.ECDSAKey.generate()
+    client.write_private_key_file(str(d / "id_ecdsa"))
+    return {
+        "host": paramiko.ECDSAKey.generate(),
+        "other_host": paramiko.ECDSAKey.generate(),
+        "client": client,
+        "client_file": str(d / "id_ecdsa"),
+        "stranger": paramiko.ECDSAKey.generate(),
+    }
+
+
+@pytest.fixture
+def sshd(keys: dict) -> Iterator[FakeSSHD]:
+    server = FakeSSHD(keys["host"], keys["client"])
+    yield server
+    server.close()
+
+
+def target(sshd: FakeSSHD, keys: dict, **kw: object) -> Target:
+    base: dict[str, object] = {
+        "name": "fake",
+        "address": "127.0.0.1",
+        "port": sshd.port,
+        "user": "tester",
+        "key_file": keys["client_file"],
+    }
+    base.update(kw)
+    return Target(**base)  # type: ignore[arg-type]
+
+
+def opts(tmp_path: Path, **kw: object) -> pf.ProbeOptions:
+    base: dict[str, object] = {
+        "known_hosts": tmp_path / "known_hosts",
+        "need_sudo": False,
+        "connect_timeout": 5.0,
+    }
+    base.update(kw)
+    return pf.ProbeOptions(**base)  # type: ignore[arg-type]
+
+
+def test_unknown_host_key_is_refused_with_its_fingerprint(
+    sshd: FakeSSHD, keys: dict, tmp_path: Path
+) -> None:
+    r = pf.probe(target(sshd, keys), opts(tmp_path), threading.Lock())
+    assert (r.status, r.stage) == ("unreachable", "hostkey")
+    assert r.fingerprint == pf.fingerprint(keys["host"].asbytes())
+    assert r.fingerprint is not None
+    assert r.fingerprint.startswith("SHA256:")
+    assert r.fingerprint in r.message
+    assert "--accept-new-host-keys" in r.message
+    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1" in r.message
+    assert not (tmp_path / "known_hosts").exists()
+
+
+def test_accept_new_adds_the_key_then_it_is_known(
+    sshd: FakeSSHD, keys: dict, tmp_path: Path
+) -> None:
+    r = pf.probe(target(sshd, keys), opts(tmp_path, accept_new=True), threading.Lock())
+    assert r.status == "ok", r.message
+    assert r.accepted_key
+    line = (tmp_path / "known_hosts").read_text().strip()
+    assert line.startswith(f"[127.0.0.1]:{sshd.port} ecdsa-sha2-nistp256 ")
+    assert oct((tmp_path / "known_hosts").stat().st_mode & 0o777) == "0o600"
+    again = pf.probe(target(sshd, keys), opts(tmp_path), threading.Lock())
+    assert again.status == "ok", again.message
+    assert not again.accepted_key
+    if shutil.which("ssh-keygen"):
+        out = subprocess.run(
+            ["ssh-keygen", "-lf", str(tmp_path / "known_hosts")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert r.fingerprint in out
+
+
+def test_changed_host_key_is_never_accepted(sshd: FakeSSHD, keys: dict, tmp_path: Path) -> None:
+    other = keys["other_host"]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{sshd.port} {other.get_name()} {other.get_base64()}\n")
+    r = pf.probe(target(sshd, keys), opts(tmp_path, accept_new=True), threading.Lock())
+    assert (r.status, r.stage) == ("unreachable", "hostkey")
+    assert "HOST KEY CHANGED" in r.message
+    assert r.fingerprint == pf.fingerprint(keys["host"].asbytes())
+    assert kh.read_text().count("\n") == 1
+
+
+def test_inventory_relaxed_checking_accepts_without_writing(
+    sshd: FakeSSHD, keys: dict, tmp_path: Path
+) -> None:
+    r = pf.probe(
+        target(sshd, keys, strict_host_key_checking="no"), opts(tmp_path), threading.Lock()
+    )
+    assert r.status == "ok", r.message
+    assert not (tmp_path / "known_hosts").exists()
+
+
+def test_inventory_known_hosts_file_wins(sshd: FakeSSHD, keys: dict, tmp_path: Path) -> None:
+    lab_kh = tmp_path / "lab_known_hosts"
+    host = keys["host"]
+    lab_kh.write_text(f"[127.0.0.1]:{sshd.port} {host.get_name()} {host.get_base64()}\n")
+    r = pf.probe(target(sshd, keys, known_hosts=str(lab_kh)), opts(tmp_path), threading.Lock())
+    assert r.status == "ok", r.message
+
+
+def test_wrong_key_fails_authentication(sshd: FakeSSHD, keys: dict, tmp_path: Path) -> None:
+    stranger_file = tmp_path / "stranger"
+    keys["stranger"].write_private_key_file(str(stranger_file))
+    r = pf.probe(
+        target(sshd, keys, key_file=str(stranger_file)),
+        opts(tmp_path, accept_new=True),
+        threading.Lock(),
+    )
+    assert (r.status, r.stage) == ("unreachable", "auth")
+    assert "authentication failed for tester@127.0.0.1" in r.message
+
+
+def test_probe_reports_os_kernel_python_gpus_driver(
+    sshd: FakeSSHD, keys: dict, tmp_path: Path
+) -> None:
+    r = pf.probe(target(sshd, keys), opts(tmp_path, accept_new=True), threading.Lock())
+    assert r.status == "ok", r.message
+    osr = dict(
+        line.split("=", 1)
+        for line in Path("/etc/os-release").read_text().splitlines()
+        if "=" in line
+    )
+    assert r.os_id == osr["ID"].strip('"')
+    assert r.kernel == os.uname().release
+    assert r.arch == os.uname().machine
+    assert r.python is not None
+    assert r.python.startswith("3.")
+    assert r.sudo in ("root", "ok", "no")
+    assert r.driver_version is None  # no NVIDIA driver on the test machine
+
+
+def test_sudo_required_marks_the_host_failed(sshd: FakeSSHD, keys: dict, tmp_path: Path) -> None:
+    r = pf.probe(
+        target(sshd, keys), opts(tmp_path, accept_new=True, need_sudo=True), threading.Lock()
+    )
+    if r.sudo == "no":
+        assert (r.status, r.stage) == ("failed", "sudo")
+    else:
+        assert r.status == "ok"
+
+
+def test_run_preflight_parallel_keeps_order(sshd: FakeSSHD, keys: dict, tmp_path: Path) -> None:
+    ts = [
+        target(sshd, keys, name="a"),
+        Target(name="bad", address="no-such-host.invalid"),
+        target(sshd, keys, name="c"),
+        Target(name="local", address="x", connection="local"),
+    ]
+    results = pf.run_preflight(ts, opts(tmp_path, accept_new=True))
+    assert [r.host for r in results] == ["a", "bad", "c", "local"]
+    assert [r.status for r in results] == ["ok", "unreachable", "ok", "skipped"]
+    # the key was accepted once, even though two threads met it
+    assert len((tmp_path / "known_hosts").read_text().splitlines()) in (1, 2)
+
+
+CANNED = """==os
+PRETTY_NAME="Ubuntu 22.04.4 LTS"
+ID=ubuntu
+VERSION_ID="22.04"
+==uname
+5.15.0-105-generic
+x86_64
+==python
+3.10.12
+==sudo
+no
+==lspci
+07:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)
+0f:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)
+rc=0
+==driver
+535.129.03
+535.129.03
+rc=0
+"""
+
+
+def test_apply_probe_output() -> None:
+    r = pf.ProbeResult(host="h", address="h", port=22)
+    pf.apply_probe_output(r, CANNED)
+    assert (r.os_id, r.os_version, r.os_name) == ("ubuntu", "22.04", "Ubuntu 22.04.4 LTS")
+    assert (r.kernel, r.arch, r.python, r.sudo) == ("5.15.0-105-generic", "x86_64", "3.10.12", "no")
+    assert len(r.gpus) == 2
+    assert r.driver_version == "535.129.03"
+    r2 = pf.ProbeResult(host="h", address="h", port=22)
+    pf.apply_probe_output(r2, "==lspci\nrc=127\n==driver\nrc=9\n")
+    assert r2.lspci_available is False
+    assert r2.driver_version is None
+
+
+@pytest.mark.parametrize(
+    ("os_id", "ver", "arch", "expected"),
+    [
+        ("ubuntu", "22.04", "x86_64", ("ubuntu2204", "x86_64")),
+        ("debian", "12", "x86_64", ("debian12", "x86_64")),
+        ("rocky", "9.3", "aarch64", ("rhel9", "sbsa")),
+        ("fedora", "40", "x86_64", (None, "x86_64")),
+    ],
+)
+def test_distro_mapping(os_id: str, ver: str, arch: str, expected: tuple) -> None:
+    assert (pf.distro_dir(os_id, ver), pf.repo_arch(arch)) == expected
+
+
+def test_matrix_warnings() -> None:
+
+    distros = load_matrix()["cuda"]["12.1"]["distros"]
+    deb = pf.ProbeResult(
+        host="h", address="h", port=22, os_id="debian", os_version="12", arch="x86_64"
+    )
+    assert "unconfirmed" in pf.matrix_warnings(deb, distros, [], "12.1")[0]
+    assert pf.matrix_warnings(deb, distros, ["debian12/x86_64"], "12.1") == []
+    ubu = pf.ProbeResult(
+        host="h", address="h", port=22, os_id="ubuntu", os_version="22.04", arch="x86_64"
+    )
+    assert pf.matrix_warnings(ubu, distros, [], "12.1") == []
+    fed = pf.ProbeResult(
+        host="h", address="h", port=22, os_id="fedora", os_version="40", arch="x86_64"
+    )
+    assert "not one NVIDIA packages CUDA for" in pf.matrix_warnings(fed, distros, [], "12.1")[0]

@@ -1,0 +1,176 @@
+"""runner.py pure parts, plus one real ansible-runner run of the tiny demo playbook."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import CONTENT
+
+from provisioner import runner
+from provisioner.exitcodes import SetupError, UsageProblem
+
+
+def req(tmp_path: Path, **kw: object) -> runner.RunRequest:
+    base: dict[str, object] = {
+        "project_dir": CONTENT / "playbooks",
+        "playbook": "site.yml",
+        "roles_path": CONTENT / "roles",
+        "inventory": CONTENT / "inventory.yml",
+        "artifact_dir": tmp_path / "runs",
+        "ident": "t1",
+    }
+    base.update(kw)
+    return runner.RunRequest(**base)  # type: ignore[arg-type]
+
+
+def test_env_is_filtered_to_what_ansible_needs() -> None:
+    env = {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "ANSIBLE_FORKS": "3",
+        "LC_ALL": "C",
+        "GITHUB_TOKEN": "t",
+        "SSH_AUTH_SOCK": "/a",
+        "AWX_ISOLATED_DATA_DIR": "/d",
+        "RUNNER_OMIT_EVENTS": "False",
+        "PYTHONPATH": "/evil",
+    }
+    kept = runner.filter_env(env)
+    assert set(kept) == {
+        "PATH",
+        "HOME",
+        "ANSIBLE_FORKS",
+        "LC_ALL",
+        "SSH_AUTH_SOCK",
+        "AWX_ISOLATED_DATA_DIR",
+        "RUNNER_OMIT_EVENTS",
+    }
+
+
+def test_build_env_defaults(tmp_path: Path) -> None:
+    env = runner.build_env(req(tmp_path))
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+    assert "ANSIBLE_SSH_COMMON_ARGS" not in env
+    env = runner.build_env(req(tmp_path, known_hosts=Path("/k/known"), host_key_checking=False))
+    assert env["ANSIBLE_SSH_COMMON_ARGS"] == "-o UserKnownHostsFile=/k/known"
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "False"
+
+
+def test_exec_path_puts_the_interpreter_dir_first_once() -> None:
+    bindir = str(Path(sys.executable).parent)
+    assert runner.exec_path(f"/usr/bin:{bindir}:/bin") == f"{bindir}:/usr/bin:/bin"
+    assert runner.exec_path("") == bindir
+
+
+def test_cmdline() -> None:
+    r = runner.RunRequest(
+        project_dir=Path("/p"),
+        playbook="x",
+        roles_path=Path("/r"),
+        inventory=Path("/i"),
+        artifact_dir=Path("/a"),
+        ident="i",
+        check=True,
+        diff=True,
+        become=True,
+        become_password="pw",
+        user="ops",
+        private_key="/k",
+    )
+    assert runner.build_cmdline(r) == [
+        "--check",
+        "--diff",
+        "--become",
+        "--ask-become-pass",
+        "--user",
+        "ops",
+        "--private-key",
+        "/k",
+    ]
+    assert "pw" not in " ".join(runner.build_cmdline(r))
+
+
+def test_missing_inventory_and_playbook_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageProblem, match="does not exist"):
+        runner.run_playbook(req(tmp_path, inventory=tmp_path / "nope.yml"), lambda e: None)
+    with pytest.raises(UsageProblem):
+        runner.run_playbook(req(tmp_path, inventory=Path("relative.yml")), lambda e: None)
+    with pytest.raises(SetupError, match="playbook not found"):
+        runner.run_playbook(req(tmp_path, playbook="nope.yml"), lambda e: None)
+
+
+def test_missing_ansible_playbook_is_a_setup_error(tmp_path: Path) -> None:
+    with pytest.raises(SetupError, match="ansible-playbook not found"):
+        runner.find_ansible_playbook(path=str(tmp_path))
+
+
+def test_real_run_of_the_demo_playbook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEAK_ME_NOT", "secret-value")
+    events: list[dict] = []
+    r = runner.run_playbook(
+        req(tmp_path, limit="h-ok,h-changed", extravars={"demo_change": False}, become=None),
+        events.append,
+    )
+    assert r.status == "successful"
+    assert r.rc == 0
+    assert r.stats["ok"]["h-ok"] >= 4
+    assert r.hosts_with("changed") == {}  # extra vars beat host vars: demo_change false
+    assert r.hosts_with("failures") == {}
+    assert events[-1]["event"] == "playbook_on_stats"
+    assert (r.artifacts / "job_events").is_dir()
+    assert len(list((r.artifacts / "job_events").glob("*.json"))) == len(events)
+    # no env/ files with secrets were written, and the environment was filtered
+    assert not (r.artifacts / "env").exists()
+    starts = [json.loads(p.read_text()) for p in (r.artifacts / "job_events").glob("*.json")]
+    assert starts
+    assert "secret-value" not in (r.artifacts / "stdout").read_text()
+
+
+def test_cli_runs_without_an_activated_venv(tmp_path: Path) -> None:
+    """The console script finds ansible-playbook although PATH lacks the venv's bin dir."""
+    exe = Path(sys.executable).parent / "provision"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PROVISION_STATE_DIR": str(tmp_path / "s"),
+        "PROVISION_CONTENT_DIR": str(CONTENT),
+        "LANG": "C.UTF-8",
+    }
+    p = subprocess.run(
+        [
+            str(exe),
+            "-i",
+            str(CONTENT / "inventory.yml"),
+            "--limit",
+            "h-ok,h-changed",
+            "--report-dir",
+            str(tmp_path / "rep"),
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert report["exit_code"] == 0
+    assert report["hosts"]["h-ok"]["status"] == "ok"
+    assert report["hosts"]["h-changed"]["status"] == "changed"
+    assert report["hosts"]["h-changed"]["validation"] == {
+        "allreduce_busbw_gbps": 123.4,
+        "passed": True,
+    }
+    assert "h-ok | ok | demo_role : Publish the demo checks" in p.stderr  # plain lines off a TTY
+    for name in ("report.json", "junit.xml", "provision.prom"):
+        assert (tmp_path / "rep" / name).is_file()
+    hist = list((tmp_path / "s" / "history").glob("*.json"))
+    assert len(hist) == 1
+    assert hist[0].stat().st_mode & 0o077 == 0

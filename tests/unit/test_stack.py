@@ -1,0 +1,244 @@
+"""Stack manifest: schema, defaults, matrix rules, role variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner import stack
+from provisioner.exitcodes import ExitCode, StackError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _err(user: dict) -> str:
+    with pytest.raises(StackError) as info:
+        stack.resolve(user)
+    assert info.value.exit_code == ExitCode.USAGE
+    return str(info.value.message)
+
+
+def test_default_stack_is_the_issue_default() -> None:
+    s = stack.load(None)
+    d = s.data
+    assert d["driver"] == {
+        "branch": "535",
+        "version": None,
+        "flavor": "proprietary",
+        "fabricmanager": "auto",
+    }
+    assert d["cuda"]["version"] == "12.1"
+    assert d["cudnn"]["version"] == "8.9.2.26"
+    assert d["nccl"]["version"] == "2.18.3"
+    assert d["pytorch"]["version"] == "2.5.1"
+    assert d["pytorch"]["build"] == "cu121"
+    assert d["mirrors"]["pytorch_index"] == "https://download.pytorch.org/whl/cu121"
+    assert s.warnings == ()
+    assert s.distro_warning is not None
+    assert "debian12/x86_64" in s.distro_warning
+    assert "ubuntu2404/x86_64" in s.distro_warning
+
+
+def test_mirror_declaring_carries_silences_the_distro_warning() -> None:
+    s = stack.resolve(
+        {
+            "mirrors": {
+                "nvidia_repo_carries": ["debian12/x86_64", "ubuntu2404/x86_64", "ubuntu2404/sbsa"]
+            }
+        }
+    )
+    assert s.distro_warning is None
+    partial = stack.resolve({"mirrors": {"nvidia_repo_carries": ["debian12/x86_64"]}})
+    assert partial.distro_warning is not None
+    assert "debian12" not in partial.distro_warning
+
+
+@pytest.mark.parametrize(
+    ("user", "rule"),
+    [
+        (
+            {"driver": {"branch": "525"}},
+            "driver branch 525 is below the minimum 530.30.02 for CUDA 12.1",
+        ),
+        (
+            {"driver": {"branch": "535", "version": "550.54.15"}},
+            "driver version 550.54.15 is not in branch 535",
+        ),
+        (
+            {"driver": {"branch": "530", "version": "530.20.01"}},
+            "driver version 530.20.01 is below the minimum 530.30.02 for CUDA 12.1",
+        ),
+        (
+            {"driver": {"branch": "535", "flavor": "vendor"}},
+            "driver.flavor: 'vendor' is not one of proprietary, open",
+        ),
+        (
+            {"pytorch": {"version": "2.6.0"}},
+            "torch 2.6.0 has no cu121 wheels (cu121 wheels exist for 2.1.0 to 2.5.1)",
+        ),
+        ({"pytorch": {"version": "2.0.1"}}, "torch 2.0.1 has no cu121 wheels"),
+        (
+            {"pytorch": {"version": "2.5.1", "torchvision": "0.19.0"}},
+            "torchvision 0.19.0 does not pair with torch 2.5.1",
+        ),
+        ({"pytorch": {"torchaudio": "2.4.0"}}, "torchaudio 2.4.0 does not pair with torch 2.5.1"),
+        ({"cudnn": {"version": "7.6.5.32"}}, "cuDNN 7.x has no build for CUDA 12.1"),
+        ({"cudnn": {"version": "8.6.0.163"}}, "cuDNN 8.6.0.163 has no build for CUDA 12.1"),
+        ({"cuda": {"version": "11.8"}}, "CUDA 11.8 is not in the compatibility matrix"),
+        ({"pytorch": {"build": "cu118"}}, "pytorch.build: 'cu118' is not one of cu121, cpu"),
+        (
+            {"validation": {"nproc_per_node": "many"}},
+            "validation.nproc_per_node: 'many' is not 'auto' or a positive integer",
+        ),
+        ({"validation": {"nproc_per_node": 0}}, "validation.nproc_per_node: must be a positive"),
+        (
+            {"mirrors": {"nvidia_repo_carries": ["debian12"]}},
+            "mirrors.nvidia_repo_carries: 'debian12' is not <distro>/<arch>",
+        ),
+        (
+            {"mirrors": {"nvidia_repo": "ftp://mirror/cuda"}},
+            "mirrors.nvidia_repo: 'ftp://mirror/cuda'",
+        ),
+        ({"pytorch": {"venv": "opt/pytorch"}}, "pytorch.venv: 'opt/pytorch' is not valid"),
+        ({"schema": 2}, "schema: 2 is not one of 1"),
+    ],
+)
+def test_bad_combinations_name_the_rule(user: dict, rule: str) -> None:
+    assert rule in _err(user)
+
+
+@pytest.mark.parametrize(
+    ("user", "path"),
+    [
+        ({"driver": {"brnach": "535"}}, "driver.brnach: unknown key"),
+        ({"drivers": {}}, "drivers: unknown key"),
+        ({"validation": {"threshold": {}}}, "validation.threshold: unknown key"),
+        ({"mirrors": {"pytorch_index_url": "x"}}, "mirrors.pytorch_index_url: unknown key"),
+    ],
+)
+def test_unknown_keys_are_errors_naming_the_key_path(user: dict, path: str) -> None:
+    assert path in _err(user)
+
+
+def test_yaml_numbers_for_versions_are_refused_with_a_hint() -> None:
+    msg = _err({"cuda": {"version": 12.1}})
+    assert 'cuda.version: 12.1 is a YAML number; quote it as a string ("12.1")' in msg
+
+
+def test_integer_branch_is_accepted() -> None:
+    assert stack.resolve({"driver": {"branch": 550}}).data["driver"]["branch"] == "550"
+
+
+def test_all_errors_are_reported_together() -> None:
+    msg = _err({"driver": {"brnach": 1}, "cuda": {"verison": "12.1"}})
+    assert "driver.brnach" in msg
+    assert "cuda.verison" in msg
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        {"driver": {"branch": "550", "flavor": "open"}},
+        {"driver": {"branch": "535", "version": "535.129.03", "fabricmanager": "always"}},
+        {"cudnn": {"version": "9.1.0.70"}},
+        {"pytorch": {"version": "2.1.0", "torchvision": "0.16.0", "torchaudio": "2.1.0"}},
+        {"pytorch": {"version": "2.13.0", "build": "cpu"}},
+        {"validation": {"nproc_per_node": 4, "backend": "gloo", "thresholds": {"x": 1}}},
+    ],
+)
+def test_good_combinations(user: dict) -> None:
+    stack.resolve(user)
+
+
+def test_open_flavor_warns_about_gpu_generations() -> None:
+    s = stack.resolve({"driver": {"branch": "550", "flavor": "open"}})
+    assert any("turing" in w for w in s.warnings)
+
+
+def test_unlisted_library_builds_are_warnings() -> None:
+    s = stack.resolve({"nccl": {"version": "2.19.3"}, "cudnn": {"version": "8.9.7.29"}})
+    assert any("NCCL 2.19.3" in w for w in s.warnings)
+    assert any("cuDNN 8.9.7.29" in w for w in s.warnings)
+
+
+def test_stack_file_load_and_name_from_file(tmp_path: Path) -> None:
+    f = tmp_path / "lab-fleet.yml"
+    f.write_text("driver:\n  branch: '550'\npytorch: {version: '2.13.0', build: cpu}\n")
+    s = stack.load(f)
+    assert s.name == "lab-fleet"
+    assert s.data["driver"]["branch"] == "550"
+    assert s.data["cuda"]["version"] == "12.1"  # default filled in
+    assert s.source == str(f)
+
+
+def test_stack_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(StackError, match="stack file not found"):
+        stack.load(tmp_path / "missing.yml")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("driver: [unclosed\n")
+    with pytest.raises(StackError, match="not valid YAML"):
+        stack.load(bad)
+    lst = tmp_path / "list.yml"
+    lst.write_text("- a\n")
+    with pytest.raises(StackError, match="expected a mapping"):
+        stack.load(lst)
+
+
+ROLE_VARS = {
+    "nvidia_repo_base_url",
+    "nvidia_repo_carries",
+    "nvidia_driver_branch",
+    "nvidia_driver_version",
+    "nvidia_driver_flavor",
+    "nvidia_driver_fabricmanager",
+    "nvidia_driver_allow_reboot",
+    "cuda_toolkit_version",
+    "cuda_env_cuda_version",
+    "cudnn_version",
+    "cudnn_major",
+    "cudnn_cuda_version",
+    "nccl_version",
+    "nccl_cuda_version",
+    "pytorch_version",
+    "pytorch_build",
+    "pytorch_venv",
+    "pytorch_index_url",
+    "pytorch_find_links",
+    "pytorch_torchvision_version",
+    "pytorch_torchaudio_version",
+    "validation_enabled",
+    "validation_backend",
+    "validation_nproc_per_node",
+    "validation_timeout_s",
+    "validation_network_interface",
+    "validation_thresholds",
+}
+
+
+def test_to_extravars_produces_exactly_the_role_variables() -> None:
+    ev = stack.load(None).to_extravars()
+    assert set(ev) == ROLE_VARS
+    assert ev["nvidia_driver_branch"] == "535"
+    assert ev["nvidia_driver_version"] == ""
+    assert ev["cudnn_major"] == 8
+    assert (
+        ev["cuda_toolkit_version"] == ev["cudnn_cuda_version"] == ev["nccl_cuda_version"] == "12.1"
+    )
+    assert ev["nvidia_driver_allow_reboot"] is True
+    assert stack.load(None).to_extravars(allow_reboot=False)["nvidia_driver_allow_reboot"] is False
+    assert stack.resolve({"cudnn": {"version": "9.1.0.70"}}).to_extravars()["cudnn_major"] == 9
+
+
+def test_every_matrix_row_has_source_and_confidence() -> None:
+    matrix = yaml.safe_load((REPO / "provisioner" / "data" / "matrix.yml").read_text())
+    rows = []
+    for cuda in matrix["cuda"].values():
+        rows.append(cuda["min_driver"])
+        rows += cuda["cudnn"] + cuda["nccl"] + cuda["distros"]
+    rows.append(matrix["driver"]["open_kernel_modules"])
+    rows.append(matrix["pytorch"]["cu121"])
+    for row in rows:
+        assert row["source"], row
+        assert row["confidence"] in ("C", "P", "U"), row
