@@ -1,0 +1,102 @@
+"""Lab: the validation role on simulated GPU hosts (CPU torch in /opt/pytorch, gloo backend).
+
+One host x 4 ranks passes with its numbers in the facts; two hosts x 2 ranks pass across the network
+(static rendezvous on the first host); a stalled rank fails the check naming the rank and its host.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from test_roles_helpers import run_playbook, stack_vars
+
+
+def _vars(fleet: Any, **extra: Any) -> dict[str, Any]:
+    ev = stack_vars(fleet.stack_path, validation_enabled=True, validation_timeout_s=120,
+                    validation_init_timeout_s=30, validation_collective_timeout_s=30)
+    ev.update(extra)
+    return ev
+
+
+def _checks(result: Any, host: str) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in result.facts[host]["validation_checks"]}
+
+
+def test_one_host_four_ranks_passes(fleet_factory, tmp_path: Path, record_property) -> None:
+    fleet = fleet_factory(1, profiles=("h100-sxm-8",))
+    host = fleet.hosts[0].name
+    t0 = time.monotonic()
+    res = run_playbook(fleet, "validate.yml", _vars(fleet, validation_nproc_per_node=4),
+                       tmp=tmp_path)
+    wall = time.monotonic() - t0
+    assert res.rc == 0, res.output[-5000:]
+    checks = _checks(res, host)
+    assert checks["validation.allreduce"]["status"] == "pass", checks
+    assert checks["validation.ddp"]["status"] == "pass", checks
+    assert checks["validation.multinode"]["status"] == "skip", checks
+    node = res.facts[host]["validation_result"]
+    record_property("validation_program_s", node["elapsed_s"])
+    record_property("validate_playbook_s", round(wall, 1))
+    print(f"lab validation: program {node['elapsed_s']} s, playbook {wall:.1f} s")
+    assert node["status"] == "pass"
+    assert node["backend"] == "gloo" and node["world_size"] == 4
+    # the simulated nvidia-smi's GPUs are reported, but the CPU row applies, and says so
+    assert len(node["gpu_names"]) == 8 and "H100" in node["gpu_names"][0]
+    assert node["thresholds"]["row"] == "cpu-gloo"
+    assert "GPU thresholds not applicable" in node["thresholds"]["note"]
+    # measured numbers are in the result
+    busbw = node["allreduce"]["judged_busbw_gbps"]
+    assert busbw > node["thresholds"]["allreduce_busbw_gbps"]
+    assert checks["validation.allreduce"]["actual"]["busbw_gbps"] == busbw
+    summary = node["ddp"]["summary"]
+    assert summary["params_identical"] is True
+    assert summary["loss_last"] < summary["loss_first"]
+    assert set(summary["samples_per_s_per_rank"]) == {"0", "1", "2", "3"}
+    assert summary["scaling_efficiency"] is not None
+    assert node["versions"]["torch"].startswith("2.13.0")
+    # the program ran well inside its outer limit and left nothing behind
+    assert node["elapsed_s"] < 120
+    _rc, out, _ = fleet.run(host, "ls -d /tmp/provision-validate.* 2>/dev/null | wc -l")
+    assert out.strip() == "0", out
+
+
+def test_two_hosts_two_ranks_each_across_network(fleet_factory, tmp_path: Path) -> None:
+    fleet = fleet_factory(2, profiles=("h100-sxm-8", "h100-sxm-8"))
+    res = run_playbook(fleet, "validate.yml",
+                       _vars(fleet, validation_nproc_per_node=2, validation_network_interface="lo"),
+                       tmp=tmp_path)
+    assert res.rc == 0, res.output[-5000:]
+    hosts = [h.name for h in fleet.hosts]
+    for rank, host in enumerate(hosts):
+        checks = _checks(res, host)
+        assert checks["validation.multinode"]["status"] == "pass", checks
+        assert checks["validation.allreduce"]["status"] == "pass", checks
+        assert checks["validation.ddp"]["status"] == "pass", checks
+        node = res.facts[host]["validation_result"]
+        assert node["nnodes"] == 2 and node["world_size"] == 4 and node["node_rank"] == rank
+        assert node["gloo_env"].get("GLOO_SOCKET_IFNAME") == "lo"
+        # the DDP per-rank numbers span both hosts
+        assert len(set(node["ddp"]["summary"]["hosts"].values())) == 2
+
+
+def test_stalled_rank_fails_naming_rank_and_host(fleet_factory, tmp_path: Path) -> None:
+    fleet = fleet_factory(1, profiles=("h100-sxm-8",))
+    host = fleet.hosts[0].name
+    _, hostname, _ = fleet.run(host, "hostname")
+    hostname = hostname.strip()
+    res = run_playbook(fleet, "validate.yml",
+                       _vars(fleet, validation_nproc_per_node=2, validation_fault="stall:rank=1",
+                             validation_collective_timeout_s=10, validation_timeout_s=90),
+                       tmp=tmp_path)
+    assert res.rc != 0
+    checks = _checks(res, host)
+    ar = checks["validation.allreduce"]
+    assert ar["status"] == "fail", checks
+    assert f"rank 1 on host {hostname}" in ar["message"], ar["message"]
+    assert "hang" in ar["message"]
+    node = res.facts[host]["validation_result"]
+    # failed by the collective watchdog (10 s), long before the outer 90 s limit
+    assert node["torchrun_rc"] not in (124, 137), node["torchrun_rc"]
+    assert node["elapsed_s"] < 90
