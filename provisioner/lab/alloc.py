@@ -1,4 +1,4 @@
-"""Loopback addresses and machine names for hosts, allocated under a file lock so that several fleets
+"""Loopback addresses and fleet ids for hosts, allocated under a file lock so that several fleets
 (parallel test processes, other people's `lab up`) never collide."""
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def allocate(lab: Path, fleet_dir: Path, count: int) -> tuple[str, list[str]]:
 def release(lab: Path, fleet_id: str) -> None:
     table_path = lab / "addresses.json"
     with file_lock(lab / "addresses.lock"), contextlib.suppress(OSError):
-        table = {a: e for a, e in _load(table_path).items()
-                 if e["fleet_id"] != fleet_id and Path(e["fleet_dir"]).exists()}
+        table = {
+            a: e
+            for a, e in _load(table_path).items()
+            if e["fleet_id"] != fleet_id and Path(e["fleet_dir"]).exists()
+        }
         table_path.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")

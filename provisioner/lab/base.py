@@ -24,13 +24,29 @@ SUITE = "bookworm"
 ADMIN_USER = "gpuadmin"
 TORCH_VENV = "/opt/pytorch"
 PACKAGES = (
-    "python3", "python3-apt", "python3-debian", "python3-venv", "python3-pip",
-    "openssh-server", "sudo", "ca-certificates", "systemd", "systemd-sysv", "dbus",
-    "kmod", "procps", "iproute2",
+    "python3",
+    "python3-apt",
+    "python3-debian",
+    "python3-venv",
+    "python3-pip",
+    "openssh-server",
+    "sudo",
+    "ca-certificates",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "kmod",
+    "procps",
+    "iproute2",
 )
 # Units that make no sense in a container and would leave a host "degraded".
-MASKED_UNITS = ("systemd-networkd-wait-online.service", "e2scrub_reap.service",
-                "apt-daily.timer", "apt-daily-upgrade.timer", "fstrim.timer")
+MASKED_UNITS = (
+    "systemd-networkd-wait-online.service",
+    "e2scrub_reap.service",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "fstrim.timer",
+)
 SSHD_CONFIG = """\
 # provision lab: key-only logins for the admin user
 PasswordAuthentication no
@@ -140,8 +156,11 @@ def _say(log: bool, msg: str) -> None:
 
 
 def _chroot(root: Path, *cmd: str, timeout: float = 600) -> None:
-    run(["chroot", root, *cmd], env=clean_env(HOME="/root", DEBIAN_FRONTEND="noninteractive"),
-        timeout=timeout)
+    run(
+        ["chroot", root, *cmd],
+        env=clean_env(HOME="/root", DEBIAN_FRONTEND="noninteractive"),
+        timeout=timeout,
+    )
 
 
 def _build(tmp: Path, house: Path, log: bool) -> None:
@@ -150,8 +169,11 @@ def _build(tmp: Path, house: Path, log: bool) -> None:
     mirror = debian_mirror()
     _say(log, f"debootstrap {SUITE} from {mirror} (about a minute)")
     include = ",".join(PACKAGES)
-    run(["debootstrap", "--variant=minbase", f"--include={include}", SUITE, root, mirror],
-        env=clean_env(), timeout=1800)
+    run(
+        ["debootstrap", "--variant=minbase", f"--include={include}", SUITE, root, mirror],
+        env=clean_env(),
+        timeout=1800,
+    )
     t_deboot = time.monotonic() - started
     _configure(root, tmp)
     _say(log, f"baking {TORCH_REQUIREMENT} into {TORCH_VENV}")
@@ -159,9 +181,17 @@ def _build(tmp: Path, house: Path, log: bool) -> None:
     _bake_torch(root, house)
     t_torch = time.monotonic() - t0
     meta = dict(recipe())
-    meta.update({"mirror": mirror, "built_at": time.time(),
-                 "seconds": {"debootstrap": round(t_deboot, 1), "torch": round(t_torch, 1),
-                             "total": round(time.monotonic() - started, 1)}})
+    meta.update(
+        {
+            "mirror": mirror,
+            "built_at": time.time(),
+            "seconds": {
+                "debootstrap": round(t_deboot, 1),
+                "torch": round(t_torch, 1),
+                "total": round(time.monotonic() - started, 1),
+            },
+        }
+    )
     (tmp / "recipe.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
@@ -181,8 +211,20 @@ def _configure(root: Path, tmp: Path) -> None:
     shutil.rmtree(lists, ignore_errors=True)
     (lists / "partial").mkdir(parents=True)
     # admin user: key-only SSH, passwordless sudo
-    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{ADMIN_USER}@provision-lab",
-         "-f", tmp / "id_ed25519"])
+    run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            f"{ADMIN_USER}@provision-lab",
+            "-f",
+            tmp / "id_ed25519",
+        ]
+    )
     _chroot(root, "useradd", "-m", "-s", "/bin/bash", "-G", "sudo", ADMIN_USER)
     _write(root / f"etc/sudoers.d/{ADMIN_USER}", f"{ADMIN_USER} ALL=(ALL) NOPASSWD:ALL\n", 0o440)
     ssh_dir = root / "home" / ADMIN_USER / ".ssh"
@@ -212,9 +254,19 @@ def _bake_torch(root: Path, house: Path) -> None:
         run(["mount", "--bind", "-o", "ro", house, wheels])
         run(["mount", "-t", "proc", "proc", root / "proc"])
         _chroot(root, "python3", "-m", "venv", TORCH_VENV)
-        _chroot(root, f"{TORCH_VENV}/bin/pip", "install", "--quiet", "--no-cache-dir",
-                "--disable-pip-version-check", "--no-index", "--find-links", "/srv/wheels",
-                TORCH_REQUIREMENT, timeout=1800)
+        _chroot(
+            root,
+            f"{TORCH_VENV}/bin/pip",
+            "install",
+            "--quiet",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--find-links",
+            "/srv/wheels",
+            TORCH_REQUIREMENT,
+            timeout=1800,
+        )
     finally:
         unmount_all(root / "srv/wheels")
         unmount_all(root / "proc")

@@ -21,7 +21,7 @@ def hierarchies() -> list[Path]:
     with Path("/proc/self/mountinfo").open(encoding="utf-8") as fh:
         for line in fh:
             left, _, right = line.partition(" - ")
-            fstype, _src, opts = (right.split() + ["", "", ""])[:3]
+            fstype, _src, opts = [*right.split(), "", "", ""][:3]
             mnt = Path(left.split()[4])
             if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in opts.split(",")):
                 found.append(mnt)

@@ -1,4 +1,4 @@
-"""`provision lab ...` (also `python -m provisioner.lab ...`): bring the simulated lab up and down."""
+"""`provision lab ...` (also `python -m provisioner.lab ...`): bring the lab up and down."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ from provisioner.lab.profiles import profile_names
 from provisioner.lab.util import LabError
 
 lab_dir_option = click.option(
-    "--lab-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help="Lab directory (default $PROVISION_LAB_DIR or /var/tmp/provision-lab).")
+    "--lab-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Lab directory (default $PROVISION_LAB_DIR or /var/tmp/provision-lab).",
+)
 
 
 def _need_lab() -> None:
@@ -49,17 +52,30 @@ def _parse_profiles(value: str) -> list[str]:
     names = [p.strip() for p in value.split(",") if p.strip()]
     unknown = [p for p in names if p not in profile_names()]
     if not names or unknown:
-        raise click.BadParameter(f"unknown profile(s) {', '.join(unknown) or value!r}; "
-                                 f"known: {', '.join(profile_names())}")
+        raise click.BadParameter(
+            f"unknown profile(s) {', '.join(unknown) or value!r}; "
+            f"known: {', '.join(profile_names())}"
+        )
     return names
 
 
 @lab.command()
-@click.option("--hosts", "-n", type=click.IntRange(1, 16), default=1, show_default=True,
-              help="Number of hosts (1-16).")
-@click.option("--profile", "-p", default="h100-sxm-8", show_default=True,
-              help="GPU profile(s), comma-separated; host i gets the i-th (the last repeats). "
-                   f"Known: {', '.join(profile_names())}.")
+@click.option(
+    "--hosts",
+    "-n",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="Number of hosts (1-16).",
+)
+@click.option(
+    "--profile",
+    "-p",
+    default="h100-sxm-8",
+    show_default=True,
+    help="GPU profile(s), comma-separated; host i gets the i-th (the last repeats). "
+    f"Known: {', '.join(profile_names())}.",
+)
 @lab_dir_option
 def up(hosts: int, profile: str, lab_dir: Path | None) -> None:
     """Boot a fleet that stays up until `provision lab down`."""
@@ -68,7 +84,9 @@ def up(hosts: int, profile: str, lab_dir: Path | None) -> None:
     the_lab = Lab(lab_dir)
     fleet_dir = the_lab.dir / "fleet"
     if (fleet_dir / "fleet.json").exists():
-        raise click.ClickException(f"a lab fleet is already up in {fleet_dir}; run `provision lab down`")
+        raise click.ClickException(
+            f"a lab fleet is already up in {fleet_dir}; run `provision lab down`"
+        )
     try:
         t0 = time.monotonic()
         the_lab.ensure_base(log=True)
@@ -86,9 +104,14 @@ def up(hosts: int, profile: str, lab_dir: Path | None) -> None:
     click.echo(f"inventory: {fleet.inventory_path}")
     click.echo(f"stack:     {fleet.stack_path}")
     click.echo("run:")
-    click.echo(f"  provision -i {fleet.inventory_path} --stack {fleet.stack_path} --report-dir ./lab-report")
-    click.echo(f"  ssh -i {fleet.hosts[0].key} -o UserKnownHostsFile={fleet.known_hosts} "
-               f"{fleet.hosts[0].user}@{fleet.hosts[0].address}")
+    click.echo(
+        f"  provision -i {fleet.inventory_path} --stack {fleet.stack_path} "
+        "--report-dir ./lab-report"
+    )
+    click.echo(
+        f"  ssh -i {fleet.hosts[0].key} -o UserKnownHostsFile={fleet.known_hosts} "
+        f"{fleet.hosts[0].user}@{fleet.hosts[0].address}"
+    )
 
 
 @lab.command()

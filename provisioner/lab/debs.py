@@ -52,8 +52,12 @@ class Deb:
             f"Section: {self.section}",
             "Priority: optional",
         ]
-        for key, values in (("Depends", self.depends), ("Conflicts", self.conflicts),
-                            ("Replaces", self.replaces), ("Provides", self.provides)):
+        for key, values in (
+            ("Depends", self.depends),
+            ("Conflicts", self.conflicts),
+            ("Replaces", self.replaces),
+            ("Provides", self.provides),
+        ):
             if values:
                 lines.append(f"{key}: {', '.join(values)}")
         lines.append(f"Description: {self.description}")

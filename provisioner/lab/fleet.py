@@ -47,8 +47,17 @@ validation: {{backend: auto, nproc_per_node: 2, timeout_s: 120}}
 class Fleet:
     """Booted hosts with an inventory. Create with `Fleet.create(...)` (or `Lab.create_fleet`)."""
 
-    def __init__(self, fleet_id: str, path: Path, lab_path: Path, hosts: list[Host],
-                 owner_pid: int | None, repo_url: str | None, wheels_url: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        fleet_id: str,
+        path: Path,
+        lab_path: Path,
+        hosts: list[Host],
+        owner_pid: int | None,
+        repo_url: str | None,
+        wheels_url: str | None,
+    ) -> None:
         self.id = fleet_id
         self.dir = path
         self.lab_path = lab_path
@@ -74,7 +83,7 @@ class Fleet:
         detached: bool = False,
         boot: bool = True,
     ) -> Fleet:
-        """Create and boot n hosts; profiles[i] (the last one repeats) is host i's GPU description."""
+        """Create and boot n hosts; profiles[i] (the last one repeats) is host i's GPU profile."""
         if not 1 <= n <= MAX_HOSTS:
             raise LabError(f"a fleet has 1 to {MAX_HOSTS} hosts, not {n}")
         if not profiles:
@@ -86,19 +95,34 @@ class Fleet:
             raise LabError(f"a fleet already exists in {fleet_dir}; destroy it first")
         fleet_id, addresses = alloc.allocate(lab_path, fleet_dir, n)
         hosts = [
-            Host(name=f"gpu{i + 1:02d}", address=addr, machine=f"pl{fleet_id}-gpu{i + 1:02d}",
-                 dir=fleet_dir / "hosts" / f"gpu{i + 1:02d}", profile=profiles[min(i, len(profiles) - 1)],
-                 user=ADMIN_USER, key=base.key)
+            Host(
+                name=f"gpu{i + 1:02d}",
+                address=addr,
+                machine=f"pl{fleet_id}-gpu{i + 1:02d}",
+                dir=fleet_dir / "hosts" / f"gpu{i + 1:02d}",
+                profile=profiles[min(i, len(profiles) - 1)],
+                user=ADMIN_USER,
+                key=base.key,
+            )
             for i, addr in enumerate(addresses)
         ]
-        fleet = cls(fleet_id, fleet_dir, lab_path, hosts, None if detached else os.getpid(),
-                    repo_url, wheels_url)
+        fleet = cls(
+            fleet_id=fleet_id,
+            path=fleet_dir,
+            lab_path=lab_path,
+            hosts=hosts,
+            owner_pid=None if detached else os.getpid(),
+            repo_url=repo_url,
+            wheels_url=wheels_url,
+        )
         if not detached:
             _LIVE[fleet_id] = fleet
         try:
             fleet._save()
-            etc_hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + "".join(
-                f"{h.address}\t{h.name}\n" for h in hosts)
+            etc_hosts = (
+                "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                + "".join(f"{h.address}\t{h.name}\n" for h in hosts)
+            )
             known = [fleet._rt[h.name].prepare(base.rootfs, etc_hosts) for h in hosts]
             fleet.known_hosts.write_text("\n".join(known) + "\n", encoding="utf-8")
             fleet._write_inventory()
@@ -115,16 +139,33 @@ class Fleet:
     def load(cls, path: Path) -> Fleet:
         """A fleet created by another process (for `lab down` / `lab status`)."""
         data = json.loads((path / "fleet.json").read_text(encoding="utf-8"))
-        return cls(data["id"], path, Path(data["lab"]), [Host.from_json(h) for h in data["hosts"]],
-                   data.get("owner_pid"), data.get("repo_url"), data.get("wheels_url"))
+        return cls(
+            fleet_id=data["id"],
+            path=path,
+            lab_path=Path(data["lab"]),
+            hosts=[Host.from_json(h) for h in data["hosts"]],
+            owner_pid=data.get("owner_pid"),
+            repo_url=data.get("repo_url"),
+            wheels_url=data.get("wheels_url"),
+        )
 
     def _save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "fleet.json").write_text(json.dumps({
-            "id": self.id, "lab": str(self.lab_path), "owner_pid": self.owner_pid,
-            "repo_url": self.repo_url, "wheels_url": self.wheels_url,
-            "hosts": [h.to_json() for h in self.hosts],
-        }, indent=2) + "\n", encoding="utf-8")
+        (self.dir / "fleet.json").write_text(
+            json.dumps(
+                {
+                    "id": self.id,
+                    "lab": str(self.lab_path),
+                    "owner_pid": self.owner_pid,
+                    "repo_url": self.repo_url,
+                    "wheels_url": self.wheels_url,
+                    "hosts": [h.to_json() for h in self.hosts],
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
     # ----------------------------------------------------------------- files
     @property
@@ -141,24 +182,36 @@ class Fleet:
 
     def inventory(self) -> dict[str, Any]:
         key = self.hosts[0].key
-        return {"all": {
-            "vars": {
-                "ansible_user": ADMIN_USER,
-                "ansible_become": True,
-                "ansible_python_interpreter": "/usr/bin/python3",
-                "ansible_ssh_private_key_file": str(key),
-                "ansible_ssh_common_args": (f"-o UserKnownHostsFile={self.known_hosts} "
-                                            "-o StrictHostKeyChecking=yes"),
-                "nvidia_driver_manage_kernel_modules": False,
-            },
-            "children": {"gpu_servers": {"hosts": {
-                h.name: {"ansible_host": h.address, "lab_gpu_profile": h.profile} for h in self.hosts
-            }}},
-        }}
+        return {
+            "all": {
+                "vars": {
+                    "ansible_user": ADMIN_USER,
+                    "ansible_become": True,
+                    "ansible_python_interpreter": "/usr/bin/python3",
+                    "ansible_ssh_private_key_file": str(key),
+                    "ansible_ssh_common_args": (
+                        f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes"
+                    ),
+                    "nvidia_driver_manage_kernel_modules": False,
+                },
+                "children": {
+                    "gpu_servers": {
+                        "hosts": {
+                            h.name: {"ansible_host": h.address, "lab_gpu_profile": h.profile}
+                            for h in self.hosts
+                        }
+                    }
+                },
+            }
+        }
 
     def _write_inventory(self) -> None:
-        text = "# provision lab fleet " + self.id + " (generated)\n" + yaml.safe_dump(
-            self.inventory(), sort_keys=False, default_flow_style=False)
+        text = (
+            "# provision lab fleet "
+            + self.id
+            + " (generated)\n"
+            + yaml.safe_dump(self.inventory(), sort_keys=False, default_flow_style=False)
+        )
         self.inventory_path.write_text(text, encoding="utf-8")
 
     # ----------------------------------------------------------------- lifecycle
@@ -180,8 +233,15 @@ class Fleet:
     def runtime(self, host: str | Host) -> HostRuntime:
         return self._rt[self.host(host).name]
 
-    def run(self, host: str | Host, command: str, *, via: str = "nsenter",
-            timeout: float | None = 120.0, user: str | None = None) -> RunResult:
+    def run(
+        self,
+        host: str | Host,
+        command: str,
+        *,
+        via: str = "nsenter",
+        timeout: float | None = 120.0,
+        user: str | None = None,
+    ) -> RunResult:
         """Run a shell command on a host: via nsenter (as root) or via ssh (as the admin user)."""
         rt = self.runtime(host)
         if via == "ssh":
@@ -200,7 +260,7 @@ class Fleet:
         return self.runtime(host).wait_ready(timeout)
 
     def set_profile(self, host: str | Host, profile: str, driver: str = "auto") -> None:
-        """Change a host's simulated GPUs at runtime (lspci and nvidia-smi read it on every call)."""
+        """Change a host's simulated GPUs at runtime (lspci and nvidia-smi read it each call)."""
         load_profile(profile)
         self.runtime(host).write_description(profile, driver)
         self._save()
@@ -214,7 +274,9 @@ class Fleet:
             if rt.init_pid() is None:
                 out[h.name] = "down"
             else:
-                out[h.name] = rt.run_nsenter("systemctl is-system-running", timeout=10).stdout.strip()
+                out[h.name] = rt.run_nsenter(
+                    "systemctl is-system-running", timeout=10
+                ).stdout.strip()
         return out
 
     def destroy(self) -> None:
@@ -225,9 +287,11 @@ class Fleet:
         for rt in self._rt.values():
             rt.stop()
         with ThreadPoolExecutor(max_workers=max(1, len(self._rt))) as pool:
-            for rt, exc in zip(self._rt.values(),
-                               pool.map(_capture(lambda r: r.wait_stopped()), self._rt.values()),
-                               strict=True):
+            for rt, exc in zip(
+                self._rt.values(),
+                pool.map(_stop_one, self._rt.values()),
+                strict=True,
+            ):
                 if exc:
                     errors.append(f"{rt.host.name}: {exc}")
         for rt in self._rt.values():
@@ -244,14 +308,12 @@ class Fleet:
             raise LabError("teardown incomplete: " + "; ".join(errors))
 
 
-def _capture(fn: Any) -> Any:
-    def wrapped(arg: Any) -> Exception | None:
-        try:
-            fn(arg)
-        except Exception as exc:  # noqa: BLE001 - collected and reported after all hosts
-            return exc
-        return None
-    return wrapped
+def _stop_one(rt: HostRuntime) -> Exception | None:
+    try:
+        rt.wait_stopped()
+    except Exception as exc:
+        return exc
+    return None
 
 
 @atexit.register

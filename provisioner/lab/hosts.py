@@ -65,9 +65,15 @@ class Host:
 
     @classmethod
     def from_json(cls, data: dict[str, str]) -> Host:
-        return cls(name=data["name"], address=data["address"], machine=data["machine"],
-                   dir=Path(data["dir"]), profile=data["profile"], user=data["user"],
-                   key=Path(data["key"]))
+        return cls(
+            name=data["name"],
+            address=data["address"],
+            machine=data["machine"],
+            dir=Path(data["dir"]),
+            profile=data["profile"],
+            user=data["user"],
+            key=Path(data["key"]),
+        )
 
     @property
     def merged(self) -> Path:
@@ -122,16 +128,39 @@ class HostRuntime:
         h = self.host
         for sub in ("upper", "work", "merged"):
             (h.dir / sub).mkdir(parents=True, exist_ok=True)
-        run(["mount", "-t", "overlay", "overlay", "-o",
-             f"lowerdir={rootfs},upperdir={h.dir / 'upper'},workdir={h.dir / 'work'}", h.merged])
+        run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={rootfs},upperdir={h.dir / 'upper'},workdir={h.dir / 'work'}",
+                h.merged,
+            ]
+        )
         m = h.merged
         (m / "etc/hostname").write_text(h.name + "\n", encoding="utf-8")
         (m / "etc/hosts").write_text(etc_hosts, encoding="utf-8")
         (m / "etc/ssh/sshd_config.d/20-listen.conf").write_text(
-            f"ListenAddress {h.address}\n", encoding="utf-8")
+            f"ListenAddress {h.address}\n", encoding="utf-8"
+        )
         keyfile = m / "etc/ssh/ssh_host_ed25519_key"
         if not keyfile.exists():
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{h.name}", "-f", keyfile])
+            run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"root@{h.name}",
+                    "-f",
+                    keyfile,
+                ]
+            )
         lspci = m / "usr/local/bin/lspci"
         lspci.write_text(payload.read("lspci.py"), encoding="utf-8")
         lspci.chmod(0o755)
@@ -144,8 +173,10 @@ class HostRuntime:
         path = self.host.merged / HOST_DESCRIPTION.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(host_description(profile, self.host.name, driver), indent=2) + "\n",
-                       encoding="utf-8")
+        tmp.write_text(
+            json.dumps(host_description(profile, self.host.name, driver), indent=2) + "\n",
+            encoding="utf-8",
+        )
         tmp.rename(path)
         self.host.profile = profile
 
@@ -156,9 +187,22 @@ class HostRuntime:
         log = h.console_log.open("ab")
         cgs = [str(c) for c in cgroups.host_cgroups(h.machine)]
         self._proc = subprocess.Popen(
-            ["bash", "-c", SUPERVISOR, "provision-lab-host", str(h.merged), h.machine, str(h.dir), *cgs],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=clean_env(),
-            start_new_session=True)
+            [
+                "bash",
+                "-c",
+                SUPERVISOR,
+                "provision-lab-host",
+                str(h.merged),
+                h.machine,
+                str(h.dir),
+                *cgs,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=clean_env(),
+            start_new_session=True,
+        )
         log.close()
         (h.dir / "supervisor.pid").write_text(f"{self._proc.pid}\n", encoding="utf-8")
 
@@ -184,14 +228,22 @@ class HostRuntime:
         last = ""
         while time.monotonic() < deadline:
             sup = self.supervisor_pid()
-            if sup is not None and not _alive(sup) and (self._proc is None or self._proc.poll() is not None):
-                raise LabError(f"{self.host.name}: supervisor exited; console:\n{self.console_tail()}")
+            if (
+                sup is not None
+                and not _alive(sup)
+                and (self._proc is None or self._proc.poll() is not None)
+            ):
+                raise LabError(
+                    f"{self.host.name}: supervisor exited; console:\n{self.console_tail()}"
+                )
             pid = self.init_pid()
             if pid is None:
                 time.sleep(0.1)
                 continue
             remaining = max(1.0, deadline - time.monotonic())
-            res = self._nsenter(pid, ["systemctl", "is-system-running", "--wait"], timeout=remaining)
+            res = self._nsenter(
+                pid, ["systemctl", "is-system-running", "--wait"], timeout=remaining
+            )
             last = res.stdout.strip() or res.stderr.strip()
             if last in ("running", "degraded"):
                 if previous_boot is not None and self.boot_id() == previous_boot:
@@ -200,8 +252,10 @@ class HostRuntime:
                 return last
             if last in ("stopping", "offline", "maintenance") or not res.ok:
                 time.sleep(0.2)
-        raise LabError(f"{self.host.name}: not ready after {timeout:.0f}s (last: {last!r}); "
-                       f"console:\n{self.console_tail()}")
+        raise LabError(
+            f"{self.host.name}: not ready after {timeout:.0f}s (last: {last!r}); "
+            f"console:\n{self.console_tail()}"
+        )
 
     def console_tail(self, lines: int = 30) -> str:
         try:
@@ -211,33 +265,67 @@ class HostRuntime:
         return "\n".join(text.splitlines()[-lines:])
 
     # ----------------------------------------------------------------- commands
-    def _nsenter(self, pid: int, argv: list[str], timeout: float | None = 60.0,
-                 input_text: str | None = None) -> RunResult:
+    def _nsenter(
+        self, pid: int, argv: list[str], timeout: float | None = 60.0, input_text: str | None = None
+    ) -> RunResult:
         cmd = ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-p", "-r", "-w", "--", *argv]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
-                                  input=input_text, env=clean_env(HOME="/root", TERM="dumb"))
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                input=input_text,
+                env=clean_env(HOME="/root", TERM="dumb"),
+            )
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout if isinstance(exc.stdout, str) else ""
             return RunResult(124, out, f"timed out after {timeout}s")
         return RunResult(proc.returncode, proc.stdout, proc.stderr)
 
-    def run_nsenter(self, command: str, timeout: float | None = 120.0,
-                    input_text: str | None = None) -> RunResult:
+    def run_nsenter(
+        self, command: str, timeout: float | None = 120.0, input_text: str | None = None
+    ) -> RunResult:
         pid = self.init_pid()
         if pid is None:
             return RunResult(255, "", f"{self.host.name} is not running")
         return self._nsenter(pid, ["/bin/sh", "-c", command], timeout, input_text)
 
-    def run_ssh(self, command: str, known_hosts: Path, timeout: float | None = 120.0,
-                user: str | None = None) -> RunResult:
+    def run_ssh(
+        self,
+        command: str,
+        known_hosts: Path,
+        timeout: float | None = 120.0,
+        user: str | None = None,
+    ) -> RunResult:
         h = self.host
-        cmd = ["ssh", "-i", str(h.key), "-o", f"UserKnownHostsFile={known_hosts}",
-               "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-               "-o", "LogLevel=ERROR", f"{user or h.user}@{h.address}", command]
+        cmd = [
+            "ssh",
+            "-i",
+            str(h.key),
+            "-o",
+            f"UserKnownHostsFile={known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+            "-o",
+            "LogLevel=ERROR",
+            f"{user or h.user}@{h.address}",
+            command,
+        ]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             return RunResult(124, "", f"timed out after {timeout}s")
         return RunResult(proc.returncode, proc.stdout, proc.stderr)
@@ -249,7 +337,7 @@ class HostRuntime:
         return res.stdout.strip()
 
     def reboot(self, timeout: float = 120.0) -> str:
-        """Reboot from inside (systemctl reboot) and wait for the new boot; returns the new boot id."""
+        """Reboot from inside (systemctl reboot), wait for the new boot; returns the new boot id."""
         old = self.boot_id()
         old_nspawn = self.nspawn_pid()
         self.run_nsenter("systemctl reboot", timeout=30)
@@ -261,7 +349,7 @@ class HostRuntime:
 
     # ----------------------------------------------------------------- teardown
     def stop(self, timeout: float = 20.0) -> None:
-        """Halt the guest (SIGTERM to the supervisor, which forwards it to nspawn), then make sure."""
+        """Halt the guest: SIGTERM to the supervisor, which forwards it to nspawn."""
         sup = self.supervisor_pid()
         if sup is not None and _alive(sup):
             with contextlib.suppress(ProcessLookupError):

@@ -19,8 +19,18 @@ from provisioner.lab.server import ThreadedServer
 from provisioner.lab.util import LabError, LabUnavailable, lab_dir, remove_tree
 from provisioner.lab.wheelhouse import ensure_wheelhouse
 
-REQUIRED_TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-deb", "apt-ftparchive", "gpg", "gcc",
-                  "nsenter", "ssh", "ssh-keygen", "mount")
+REQUIRED_TOOLS = (
+    "systemd-nspawn",
+    "debootstrap",
+    "dpkg-deb",
+    "apt-ftparchive",
+    "gpg",
+    "gcc",
+    "nsenter",
+    "ssh",
+    "ssh-keygen",
+    "mount",
+)
 
 
 def unavailable_reason() -> str | None:
@@ -29,8 +39,10 @@ def unavailable_reason() -> str | None:
         return "the lab needs root (it mounts overlays and boots systemd-nspawn containers)"
     missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
     if missing:
-        return ("missing tools: " + ", ".join(missing) + " (apt-get install debootstrap "
-                "systemd-container apt-utils dpkg-dev gnupg gcc libc6-dev openssh-client)")
+        return (
+            "missing tools: " + ", ".join(missing) + " (apt-get install debootstrap "
+            "systemd-container apt-utils dpkg-dev gnupg gcc libc6-dev openssh-client)"
+        )
     filesystems = Path("/proc/filesystems").read_text(encoding="utf-8")
     if "overlay" not in filesystems.split():
         with contextlib.suppress(OSError):
@@ -71,7 +83,7 @@ class Lab:
         return root
 
     def start_repo(self) -> Repo:
-        """Serve (in a thread of this process) a freshly built and signed repo plus the wheelhouse."""
+        """Serve (in a thread of this process) a freshly built, signed repo and the wheelhouse."""
         if self.repo is not None:
             return self.repo
         root = self._serve_tree(f"t{os.getpid()}-{time.time_ns() % 10**9}")
@@ -94,8 +106,9 @@ class Lab:
         another throwaway key: hosts that trust the lab's cuda-keyring must refuse it."""
         if self.repo is None:
             raise LabError("start_repo() first")
-        return build_repo(self.repo.root / name, f"{self.repo.base_url}/{name}",
-                          self.dir / "cache" / "so")
+        return build_repo(
+            self.repo.root / name, f"{self.repo.base_url}/{name}", self.dir / "cache" / "so"
+        )
 
     @property
     def wheels_url(self) -> str:
@@ -120,9 +133,22 @@ class Lab:
             (up / f).unlink(missing_ok=True)
         log = (up / "server.log").open("ab")
         subprocess.Popen(
-            [sys.executable, "-m", "provisioner.lab.server", "--root", str(root),
-             "--port-file", str(up / "server.port"), "--pid-file", str(up / "server.pid")],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "provisioner.lab.server",
+                "--root",
+                str(root),
+                "--port-file",
+                str(up / "server.port"),
+                "--pid-file",
+                str(up / "server.pid"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         deadline = time.monotonic() + 20
         while not (up / "server.port").exists():
@@ -163,14 +189,28 @@ class Lab:
         return True
 
     # ----------------------------------------------------------------- fleets
-    def create_fleet(self, n: int, profiles: Sequence[str] = ("h100-sxm-8",), *,
-                     path: Path | None = None, detached: bool = False) -> Fleet:
+    def create_fleet(
+        self,
+        n: int,
+        profiles: Sequence[str] = ("h100-sxm-8",),
+        *,
+        path: Path | None = None,
+        detached: bool = False,
+    ) -> Fleet:
         base = self.ensure_base()
         if self.repo is None:
             self.start_repo()
         assert self.repo is not None
-        return Fleet.create(self.dir, base, n, profiles, repo_url=self.repo.repos_url,
-                            wheels_url=f"{self.repo.base_url}/wheels/", path=path, detached=detached)
+        return Fleet.create(
+            self.dir,
+            base,
+            n,
+            profiles,
+            repo_url=self.repo.repos_url,
+            wheels_url=f"{self.repo.base_url}/wheels/",
+            path=path,
+            detached=detached,
+        )
 
     def fleets(self) -> list[Fleet]:
         return [Fleet.load(p) for p in fleets_in(self.dir)]

@@ -1,4 +1,4 @@
-"""The lab's HTTP server on 127.0.0.1 (port 0): the fake NVIDIA repo at / and the wheelhouse at /wheels/.
+"""The lab's HTTP server on 127.0.0.1 (port 0): the fake NVIDIA repo at /, wheels at /wheels/.
 
 In pytest it runs in a thread of the test process (`ThreadedServer`); for `provision lab up` it is a
 detached process (`python -m provisioner.lab.server`) that records its pid and port in files.
@@ -15,11 +15,10 @@ import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         return
 
 
@@ -37,8 +36,9 @@ class ThreadedServer:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._server = make_server(root)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="lab-http",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="lab-http", daemon=True
+        )
         self._thread.start()
 
     @property
@@ -56,7 +56,7 @@ class ThreadedServer:
 
 
 def serve_detached(root: Path, port_file: Path, pid_file: Path) -> int:
-    """Entry point of the detached server process: bind, record port and pid, serve until SIGTERM."""
+    """Entry point of the detached server: bind, record port and pid, serve until SIGTERM."""
     server = make_server(root)
     pid_file.write_text(f"{os.getpid()}\n", encoding="utf-8")
     port_file.write_text(f"{server.server_address[1]}\n", encoding="utf-8")

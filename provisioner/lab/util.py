@@ -60,8 +60,10 @@ def run(
 
 def clean_env(**extra: str) -> dict[str, str]:
     """A minimal environment for build tools (no PIP_*, no venv leakage)."""
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "LC_ALL": "C.UTF-8"}
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LC_ALL": "C.UTF-8",
+    }
     env.update(extra)
     return env
 

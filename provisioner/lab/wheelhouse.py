@@ -32,8 +32,20 @@ def ensure_wheelhouse(lab: Path, requirement: str = TORCH_REQUIREMENT) -> Path:
             for whl in house.glob("*.whl"):
                 shutil.copy2(whl, tmp / whl.name)
         try:
-            run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-                 "-d", tmp, requirement], timeout=1200)
+            run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--only-binary=:all:",
+                    "-d",
+                    tmp,
+                    requirement,
+                ],
+                timeout=1200,
+            )
         except LabError:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -57,7 +57,7 @@ FleetFactory = Callable[..., Fleet]
 
 @pytest.fixture
 def fleet_factory(lab: Lab) -> Iterator[FleetFactory]:
-    """`fleet_factory(n=1, profiles=("h100-sxm-8",))` boots a fleet; all are destroyed afterwards."""
+    """`fleet_factory(n=1, profiles=("h100-sxm-8",))` boots a fleet; all die at teardown."""
     fleets: list[Fleet] = []
 
     def make(n: int = 1, profiles: Sequence[str] = ("h100-sxm-8",)) -> Fleet:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -31,15 +31,41 @@ def test_host_boots_with_ssh_sudo_and_host_key_checking(fleet_factory, tmp_path)
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
     res = subprocess.run(
-        ["ssh", "-i", str(one.key), "-o", f"UserKnownHostsFile={empty}", "-o", "StrictHostKeyChecking=yes",
-         "-o", "BatchMode=yes", f"gpuadmin@{one.address}", "true"],
-        capture_output=True, text=True, check=False)
+        [
+            "ssh",
+            "-i",
+            str(one.key),
+            "-o",
+            f"UserKnownHostsFile={empty}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            f"gpuadmin@{one.address}",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 255 and "Host key verification failed" in res.stderr
     # key-only: password authentication is not offered
     res = subprocess.run(
-        ["ssh", "-o", f"UserKnownHostsFile={fleet.known_hosts}", "-o", "BatchMode=yes",
-         "-o", "PubkeyAuthentication=no", f"gpuadmin@{one.address}", "true"],
-        capture_output=True, text=True, check=False)
+        [
+            "ssh",
+            "-o",
+            f"UserKnownHostsFile={fleet.known_hosts}",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "PubkeyAuthentication=no",
+            f"gpuadmin@{one.address}",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 255 and "Permission denied" in res.stderr
 
     inv = yaml.safe_load(fleet.inventory_path.read_text())
@@ -50,8 +76,13 @@ def test_host_boots_with_ssh_sudo_and_host_key_checking(fleet_factory, tmp_path)
     assert common["nvidia_driver_manage_kernel_modules"] is False
     stack = yaml.safe_load(fleet.stack_path.read_text())
     assert stack["mirrors"]["nvidia_repo"].endswith("/compute/cuda/repos")
-    assert stack["pytorch"] == {"version": "2.13.0", "build": "cpu", "venv": "/opt/pytorch",
-                                "torchvision": None, "torchaudio": None}
+    assert stack["pytorch"] == {
+        "version": "2.13.0",
+        "build": "cpu",
+        "venv": "/opt/pytorch",
+        "torchvision": None,
+        "torchaudio": None,
+    }
 
 
 def test_reboot_gives_new_boot_id_and_host_returns(fleet_factory):
@@ -86,10 +117,19 @@ def test_profile_changes_at_runtime(fleet_factory):
 
 def test_torch_venv_is_baked_into_the_base(fleet_factory):
     fleet = fleet_factory(1)
-    res = fleet.run("gpu01", "/opt/pytorch/bin/python -c 'import torch; print(torch.__version__)'",
-                    timeout=120)
+    res = fleet.run(
+        "gpu01", "/opt/pytorch/bin/python -c 'import torch; print(torch.__version__)'", timeout=120
+    )
     assert res.rc == 0, res.stderr
     assert res.stdout.strip().startswith("2.13.0")
+
+
+def _running(pid):
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_teardown_leaves_no_mounts_processes_or_cgroups(lab):
@@ -103,7 +143,6 @@ def test_teardown_leaves_no_mounts_processes_or_cgroups(lab):
     assert mounts_under(fleet.dir) == []
     assert all(cgroups.pids_in(m) == [] for m in machines)
     assert not any(p.name in machines for p in cgroups.leftovers())
-    alive = [p for p in pids if os.path.exists(f"/proc/{p}")
-             and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    alive = [p for p in pids if _running(p)]
     assert alive == []
     fleet.destroy()  # idempotent

@@ -16,8 +16,10 @@ from provisioner.lab.profiles import PROFILE_DIR, host_description, profile_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GPU_FACTS = REPO_ROOT / "playbooks" / "library" / "nvidia_gpu_facts.py"
-QUERY = ("index,name,uuid,memory.total,pci.bus_id,persistence_mode,ecc.mode.current,"
-         "mig.mode.current,driver_version,count,compute_cap")
+QUERY = (
+    "index,name,uuid,memory.total,pci.bus_id,persistence_mode,ecc.mode.current,"
+    "mig.mode.current,driver_version,count,compute_cap"
+)
 EXPECTED = {
     # profile: (gpus, model, MiB, NVLink cell, nvswitches, lspci GPU id, lspci switch id)
     "h100-sxm-8": (8, "NVIDIA H100 80GB HBM3", 81559, "NV18", 4, "10de:2330", "10de:22a3"),
@@ -35,23 +37,38 @@ def test_every_profile_has_expectations():
 class Sim:
     """Runs the payload programs with a description file and a module-state file."""
 
-    def __init__(self, tmp_path: Path, profile: str, version: str = "535.129.03",
-                 loaded: str | None = "535.129.03", driver: str = "auto") -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        profile: str,
+        version: str = "535.129.03",
+        loaded: str | None = "535.129.03",
+        driver: str = "auto",
+    ) -> None:
         self.config = tmp_path / "gpus.json"
         self.config.write_text(json.dumps(host_description(profile, "gpu01", driver)))
         self.loaded = tmp_path / "loaded"
         if loaded is not None:
             self.loaded.write_text(f"{loaded}\nproprietary\n")
-        self.env = {"PATH": "/usr/bin:/bin", "FAKE_NVIDIA_CONFIG": str(self.config),
-                    "FAKE_NVIDIA_LOADED": str(self.loaded), "FAKE_NVIDIA_DRIVER_VERSION": version,
-                    "FAKE_NVIDIA_STATE": str(tmp_path / "state")}
+        self.env = {
+            "PATH": "/usr/bin:/bin",
+            "FAKE_NVIDIA_CONFIG": str(self.config),
+            "FAKE_NVIDIA_LOADED": str(self.loaded),
+            "FAKE_NVIDIA_DRIVER_VERSION": version,
+            "FAKE_NVIDIA_STATE": str(tmp_path / "state"),
+        }
 
     def run(self, argv: list[str]) -> tuple[int, str, str]:
         script = {"nvidia-smi": "nvidia_smi.py", "lspci": "lspci.py"}.get(argv[0])
         if script is None:
             return 127, "", f"{argv[0]}: command not found"
-        proc = subprocess.run([sys.executable, str(PAYLOAD_DIR / script), *argv[1:]],
-                              capture_output=True, text=True, env=self.env, check=False)
+        proc = subprocess.run(
+            [sys.executable, str(PAYLOAD_DIR / script), *argv[1:]],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=False,
+        )
         return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -65,7 +82,7 @@ def test_formats_per_profile(tmp_path, profile):
     if gpu_id:
         assert out.count(f"[{gpu_id}]") == count
     if switch_id:
-        assert out.count(f"Bridge [0680]: NVIDIA Corporation") == switches
+        assert out.count("Bridge [0680]: NVIDIA Corporation") == switches
         assert out.count(f"[{switch_id}]") == switches
     if count == 0:
         rc, out, _ = sim.run(["nvidia-smi"])
@@ -75,8 +92,11 @@ def test_formats_per_profile(tmp_path, profile):
 
     rc, out, _ = sim.run(["nvidia-smi"])
     assert rc == 0
-    assert re.search(r"^\| NVIDIA-SMI 535\.129\.03 +Driver Version: 535\.129\.03 +CUDA Version: 12\.2 +\|$",
-                     out, re.M)
+    assert re.search(
+        r"^\| NVIDIA-SMI 535\.129\.03 +Driver Version: 535\.129\.03 +CUDA Version: 12\.2 +\|$",
+        out,
+        re.M,
+    )
     assert all(len(line) == 89 for line in out.splitlines()[1:])
     assert out.count(f"{mib}MiB") == count
 
@@ -124,19 +144,27 @@ def test_formats_per_profile(tmp_path, profile):
 
 
 def test_unknown_query_field_is_exit_2(tmp_path):
-    rc, out, _ = Sim(tmp_path, "t4-1").run(["nvidia-smi", "--query-gpu=index,bogus", "--format=csv"])
+    rc, out, _ = Sim(tmp_path, "t4-1").run(
+        ["nvidia-smi", "--query-gpu=index,bogus", "--format=csv"]
+    )
     assert rc == 2 and 'Field "bogus" is not a valid field to query.' in out
 
 
 @pytest.mark.parametrize("case", ["no-description", "module-not-loaded", "described-not-loaded"])
 def test_driver_not_loaded_is_exit_9(tmp_path, case):
-    sim = Sim(tmp_path, "h100-sxm-8", loaded=None if case == "module-not-loaded" else "535.129.03",
-              driver="not-loaded" if case == "described-not-loaded" else "auto")
+    sim = Sim(
+        tmp_path,
+        "h100-sxm-8",
+        loaded=None if case == "module-not-loaded" else "535.129.03",
+        driver="not-loaded" if case == "described-not-loaded" else "auto",
+    )
     if case == "no-description":
         sim.config.unlink()
     rc, out, _ = sim.run(["nvidia-smi", "-L"])
     assert rc == 9
-    assert out.startswith("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    assert out.startswith(
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    )
     rc, _, _ = sim.run(["nvidia-smi", "--query-gpu=name", "--format=csv"])
     assert rc == 9
 
@@ -185,14 +213,18 @@ def test_project_gpu_facts_parse_every_profile(tmp_path, profile):
     assert [g["memory_mib"] for g in facts["gpus"]] == [mib] * count
     assert facts["driver_version"] == "535.129.03"
     assert facts["cuda_driver_version"] == "12.2"
-    expected_link = "nvlink" if link and link.startswith("NV") else ("pcie" if count > 1 else "none")
+    expected_link = (
+        "nvlink" if link and link.startswith("NV") else ("pcie" if count > 1 else "none")
+    )
     assert facts["topology"]["interconnect"] == expected_link
 
 
 def test_project_gpu_facts_see_failure_modes(tmp_path):
     gather = _gpu_facts_module().gather
     assert gather(Sim(tmp_path, "h100-sxm-8", loaded=None).run)["state"] == "driver_not_loaded"
-    assert gather(Sim(tmp_path, "h100-sxm-8", version="535.154.05").run)["state"] == "version_mismatch"
+    assert (
+        gather(Sim(tmp_path, "h100-sxm-8", version="535.154.05").run)["state"] == "version_mismatch"
+    )
 
 
 def test_profiles_are_valid_json_with_pci_ids():

@@ -35,13 +35,19 @@ def main() -> int:
     try:
         loaded = LOADED.read_text(encoding="utf-8").split()[0]
     except (OSError, IndexError):
-        return fail("fabric manager failed to open NVIDIA GPU driver interface. Is the driver loaded?")
+        return fail(
+            "fabric manager failed to open NVIDIA GPU driver interface. Is the driver loaded?"
+        )
     if loaded != VERSION:
-        return fail(f"fabric manager NVIDIA GPU driver interface version {VERSION} don't match with "
-                    f"driver version {loaded}. Please update with matching NVIDIA driver package.")
+        return fail(
+            f"fabric manager NVIDIA GPU driver interface version {VERSION} don't match with "
+            f"driver version {loaded}. Please update with matching NVIDIA driver package."
+        )
     if not (desc.get("nvswitch") or {}).get("bus_ids"):
-        return fail("request to query NVSwitch device information from NVSwitch driver failed with "
-                    "error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]")
+        return fail(
+            "request to query NVSwitch device information from NVSwitch driver failed with "
+            "error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]"
+        )
     if os.fork():
         for _ in range(50):
             if PIDFILE.exists():

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Fake `lspci` for the provision lab: lists the PCI devices of /etc/fake-nvidia/gpus.json.
 
-Supports -n, -nn, -D, -k, -v, -mm, -d VENDOR[:DEVICE], -s [[DOMAIN:]BUS:]SLOT[.FUNC]. The data source is
-the host's GPU description ($FAKE_NVIDIA_CONFIG overrides the path); without one only the generic
-chipset devices are shown, like a server with no NVIDIA card.
+Supports -n, -nn, -D, -k, -v, -mm, -d VENDOR[:DEVICE], -s [[DOMAIN:]BUS:]SLOT[.FUNC]. The data
+source is the host's GPU description ($FAKE_NVIDIA_CONFIG overrides the path); without one only
+the generic chipset devices are shown, like a server with no NVIDIA card.
 """
 
 from __future__ import annotations
@@ -11,12 +11,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 CONFIG = os.environ.get("FAKE_NVIDIA_CONFIG", "/etc/fake-nvidia/gpus.json")
 LOADED = os.environ.get("FAKE_NVIDIA_LOADED", "/run/fake-nvidia/loaded")
 
-VENDORS = {"10de": "NVIDIA Corporation", "8086": "Intel Corporation", "15b3": "Mellanox Technologies"}
+VENDORS = {
+    "10de": "NVIDIA Corporation",
+    "8086": "Intel Corporation",
+    "15b3": "Mellanox Technologies",
+}
 CLASSES = {
     "0600": "Host bridge",
     "0601": "ISA bridge",
@@ -25,11 +30,28 @@ CLASSES = {
     "0302": "3D controller",
     "0680": "Bridge",
 }
-GENERIC = [
-    {"slot": "00:00.0", "cls": "0600", "id": "8086:09a2", "name": "Ice Lake Memory Map/VT-d", "rev": "04"},
-    {"slot": "00:1f.0", "cls": "0601", "id": "8086:a1cb", "name": "C620 Series Chipset LPC/eSPI Controller",
-     "rev": "0a"},
-    {"slot": "4b:00.0", "cls": "0200", "id": "15b3:1021", "name": "MT2910 Family [ConnectX-7]", "rev": None},
+GENERIC: list[dict[str, Any]] = [
+    {
+        "slot": "00:00.0",
+        "cls": "0600",
+        "id": "8086:09a2",
+        "name": "Ice Lake Memory Map/VT-d",
+        "rev": "04",
+    },
+    {
+        "slot": "00:1f.0",
+        "cls": "0601",
+        "id": "8086:a1cb",
+        "name": "C620 Series Chipset LPC/eSPI Controller",
+        "rev": "0a",
+    },
+    {
+        "slot": "4b:00.0",
+        "cls": "0200",
+        "id": "15b3:1021",
+        "name": "MT2910 Family [ConnectX-7]",
+        "rev": None,
+    },
 ]
 
 
@@ -40,21 +62,37 @@ def devices(desc: dict[str, Any] | None) -> list[dict[str, Any]]:
     gpu = desc.get("gpu")
     if gpu:
         for bus in desc.get("bus_ids", []):
-            devs.append({"slot": f"{bus}:00.0", "cls": gpu["pci_class"], "id": gpu["pci_id"],
-                         "name": gpu["lspci_name"], "rev": "a1", "sub": gpu.get("subsystem_id"),
-                         "driver": "gpu"})
+            devs.append(
+                {
+                    "slot": f"{bus}:00.0",
+                    "cls": gpu["pci_class"],
+                    "id": gpu["pci_id"],
+                    "name": gpu["lspci_name"],
+                    "rev": "a1",
+                    "sub": gpu.get("subsystem_id"),
+                    "driver": "gpu",
+                }
+            )
     sw = desc.get("nvswitch")
     if sw:
         for bus in sw.get("bus_ids", []):
-            devs.append({"slot": f"{bus}:00.0", "cls": "0680", "id": sw["pci_id"],
-                         "name": sw.get("lspci_name", "Device " + sw["pci_id"].split(":")[1]),
-                         "rev": "a1", "sub": sw["pci_id"], "driver": "switch"})
+            devs.append(
+                {
+                    "slot": f"{bus}:00.0",
+                    "cls": "0680",
+                    "id": sw["pci_id"],
+                    "name": sw.get("lspci_name", "Device " + sw["pci_id"].split(":")[1]),
+                    "rev": "a1",
+                    "sub": sw["pci_id"],
+                    "driver": "switch",
+                }
+            )
     return sorted(devs, key=lambda d: d["slot"])
 
 
 def load() -> dict[str, Any] | None:
     try:
-        with open(CONFIG, encoding="utf-8") as fh:
+        with Path(CONFIG).open(encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError):
         return None
@@ -63,7 +101,7 @@ def load() -> dict[str, Any] | None:
 
 def matches(dev: dict[str, Any], dfilter: str | None, sfilter: str | None) -> bool:
     if dfilter:
-        parts = (dfilter.split(":") + ["", ""])[:2]
+        parts = [*dfilter.split(":"), "", ""][:2]
         vendor, device = dev["id"].split(":")
         if parts[0] and parts[0].lower() != vendor:
             return False
@@ -71,7 +109,9 @@ def matches(dev: dict[str, Any], dfilter: str | None, sfilter: str | None) -> bo
             return False
     if sfilter:
         want = sfilter.lower().removeprefix("0000:")
-        if not dev["slot"].startswith(want) and not (want.count(":") == 0 and dev["slot"].endswith(want)):
+        if not dev["slot"].startswith(want) and not (
+            want.count(":") == 0 and dev["slot"].endswith(want)
+        ):
             return False
     return True
 
@@ -86,10 +126,14 @@ def line(dev: dict[str, Any], numeric: int, domain: bool, mm: bool) -> str:
         if numeric == 1:
             fields = [dev["cls"], vendor_id, device_id]
         elif numeric >= 2:
-            fields = [f"{cls} [{dev['cls']}]", f"{vendor} [{vendor_id}]", f"{dev['name']} [{device_id}]"]
+            fields = [
+                f"{cls} [{dev['cls']}]",
+                f"{vendor} [{vendor_id}]",
+                f"{dev['name']} [{device_id}]",
+            ]
         else:
             fields = [cls, vendor, dev["name"]]
-        out = slot + " " + " ".join(f'"{f}"' for f in fields)
+        out: str = slot + " " + " ".join(f'"{f}"' for f in fields)
         if dev["rev"]:
             out += f" -r{dev['rev']}"
         if dev.get("sub"):
@@ -115,15 +159,15 @@ def details(dev: dict[str, Any], verbose: bool) -> list[str]:
         out.append("\tFlags: bus master, fast devsel, latency 0")
     role = dev.get("driver")
     if role == "gpu":
-        if os.path.exists(LOADED):
+        if Path(LOADED).exists():
             out.append("\tKernel driver in use: nvidia")
         out.append("\tKernel modules: nvidiafb, nouveau, nvidia_drm, nvidia")
-    elif role == "switch" and os.path.exists(LOADED):
+    elif role == "switch" and Path(LOADED).exists():
         out.append("\tKernel driver in use: nvidia-nvswitch")
     return out
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:  # noqa: PLR0912 - one branch per lspci option
     numeric = 0
     domain = mm = kernel = verbose = False
     dfilter: str | None = None

@@ -4,8 +4,8 @@
 Reads the host's GPU description (/etc/fake-nvidia/gpus.json, or $FAKE_NVIDIA_CONFIG) and the
 simulated kernel-module state (/run/fake-nvidia/loaded, or $FAKE_NVIDIA_LOADED) and answers in the
 formats of the real tool: the default table, -L, --query-gpu with --format=csv[,noheader][,nounits],
-topo -m, -q, -pm, --version. Failure modes: no description, no GPU or module not loaded -> exit 9 with
-the real message; loaded module version != this userspace version -> NVML mismatch, exit 18.
+topo -m, -q, -pm, --version. Failure modes: no description, no GPU or module not loaded -> exit 9
+with the real message; loaded module version != this userspace version -> NVML mismatch, exit 18.
 """
 
 from __future__ import annotations
@@ -35,11 +35,15 @@ EXIT_NO_DRIVER = 9
 EXIT_MISMATCH = 18
 EXIT_BAD_ARG = 2
 
-LEGEND = """Legend:
+SYS_LINE = "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes"
+NODE_LINE = (
+    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges"
+)
+LEGEND = f"""Legend:
 
   X    = Self
-  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
-  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+{SYS_LINE} (e.g., QPI/UPI)
+{NODE_LINE} within a NUMA node
   PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
   PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
   PIX  = Connection traversing at most a single PCIe bridge
@@ -121,13 +125,29 @@ def on_off(flag: bool) -> str:
 
 # ---------------------------------------------------------------------------- query-gpu
 FIELD_ALIASES = {
-    "gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id", "pm": "persistence_mode",
-    "ecc.mode.cur": "ecc.mode.current", "mig.mode.cur": "mig.mode.current", "driver_version": "driver_version",
-    "compute_capability": "compute_cap", "gpu_serial": "serial", "vbios": "vbios_version",
+    "gpu_name": "name",
+    "gpu_uuid": "uuid",
+    "gpu_bus_id": "pci.bus_id",
+    "pm": "persistence_mode",
+    "ecc.mode.cur": "ecc.mode.current",
+    "mig.mode.cur": "mig.mode.current",
+    "driver_version": "driver_version",
+    "compute_capability": "compute_cap",
+    "gpu_serial": "serial",
+    "vbios": "vbios_version",
 }
-UNITS = {"memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB", "power.limit": "W",
-         "power.draw": "W", "temperature.gpu": "", "utilization.gpu": "%", "utilization.memory": "%",
-         "clocks.sm": "MHz", "clocks.max.sm": "MHz"}
+UNITS = {
+    "memory.total": "MiB",
+    "memory.used": "MiB",
+    "memory.free": "MiB",
+    "power.limit": "W",
+    "power.draw": "W",
+    "temperature.gpu": "",
+    "utilization.gpu": "%",
+    "utilization.memory": "%",
+    "clocks.sm": "MHz",
+    "clocks.max.sm": "MHz",
+}
 
 
 def field_value(field: str, gpu: Gpu, gpus: list[Gpu], desc: dict[str, Any]) -> tuple[str, str]:
@@ -179,7 +199,9 @@ def query_gpu(fields_arg: str, fmt: str, gpus: list[Gpu], desc: dict[str, Any]) 
             return EXIT_BAD_ARG
         canon.append(name)
     if "noheader" not in opts:
-        heads = [f"{f} [{UNITS[c]}]" if UNITS.get(c) else f for f, c in zip(fields, canon, strict=True)]
+        heads = [
+            f"{f} [{UNITS[c]}]" if UNITS.get(c) else f for f, c in zip(fields, canon, strict=True)
+        ]
         print(", ".join(heads))
     for gpu in gpus:
         cells = []
@@ -200,7 +222,9 @@ def list_gpus(gpus: list[Gpu]) -> int:
 def table(gpus: list[Gpu]) -> int:
     v = USERSPACE_VERSION
     pm = "On" if persistence_on() else "Off"
-    bar = "+-----------------------------------------+----------------------+----------------------+"
+    bar = (
+        "+-----------------------------------------+----------------------+----------------------+"
+    )
     out = [
         time.strftime("%a %b %e %H:%M:%S %Y").ljust(30),
         "+---------------------------------------------------------------------------------------+",
@@ -250,7 +274,9 @@ def topo(desc: dict[str, Any], gpus: list[Gpu]) -> int:
         matrix = [[" X " if i == j else given[i][j] for j in range(n)] for i in range(n)]
     affinity = desc.get("cpu_affinity") or ["0-31"] * n
     numa = desc.get("numa") or [0] * n
-    head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    head = (
+        "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    )
     print(head)
     for i in range(n):
         print(f"GPU{i}\t" + "\t".join(matrix[i]) + f"\t{affinity[i]}\t{numa[i]}\t\tN/A")
@@ -273,6 +299,7 @@ def query_full(desc: dict[str, Any], gpus: list[Gpu]) -> int:
     ]
     for gpu in gpus:
         fabric = fabric_state(desc)
+        fabric_status = "Success" if fabric == "Completed" else "N/A"
         out += [
             f"GPU {gpu.bus_id}",
             f"    Product Name                          : {gpu.name}",
@@ -288,7 +315,7 @@ def query_full(desc: dict[str, Any], gpus: list[Gpu]) -> int:
             f"    VBIOS Version                         : {gpu.vbios}",
             "    Fabric",
             f"        State                             : {fabric}",
-            f"        Status                            : {'Success' if fabric == 'Completed' else 'N/A'}",
+            f"        Status                            : {fabric_status}",
             "    PCI",
             f"        Bus                               : 0x{gpu.bus_id[9:11]}",
             "        Device                            : 0x00",
@@ -342,7 +369,7 @@ def option(args: list[str], *names: str) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:  # noqa: PLR0911, PLR0912 - one branch per nvidia-smi mode
     args = list(argv)
     if args and args[0] in ("-h", "--help"):
         print(f"NVIDIA System Management Interface -- v{USERSPACE_VERSION}")

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Fake `nvidia-persistenced` (fake nvidia-persistenced package): a tiny forking daemon.
 
-Fails like the real one when the NVIDIA module is not loaded; otherwise writes its pid file and keeps
-persistence mode on (nvidia-smi reports `Enabled` while it runs) until SIGTERM.
+Fails like the real one when the NVIDIA module is not loaded; otherwise writes its pid file and
+keeps persistence mode on (nvidia-smi reports `Enabled` while it runs) until SIGTERM.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ LOADED = Path(os.environ.get("FAKE_NVIDIA_LOADED", "/run/fake-nvidia/loaded"))
 
 def main(argv: list[str]) -> int:
     if not LOADED.exists():
-        sys.stderr.write("nvidia-persistenced failed to initialize. Check syslog for more details.\n")
+        sys.stderr.write(
+            "nvidia-persistenced failed to initialize. Check syslog for more details.\n"
+        )
         return 1
     mode = "0" if "--no-persistence-mode" in argv else "1"
     if os.fork():  # Type=forking: the parent returns once the child wrote its pid file
