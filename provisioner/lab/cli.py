@@ -53,7 +53,7 @@ def _parse_profiles(value: str) -> list[str]:
     unknown = [p for p in names if p not in profile_names()]
     if not names or unknown:
         raise click.BadParameter(
-            f"unknown profile(s) {', '.join(unknown) or value!r}; "
+            f"unknown profile(s) {', '.join(unknown) or repr(value)}; "
             f"known: {', '.join(profile_names())}"
         )
     return names
