@@ -1,4 +1,4 @@
-"""`provision lab` command line: clear refusal (exit 4) where the lab cannot run, profile parsing."""
+"""`provision lab`: one clear refusal (exit 4) where the lab cannot run; profile parsing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from provisioner.lab import cli
 
 
 def test_up_without_root_or_nspawn_is_one_clear_message_and_exit_4(monkeypatch):
-    monkeypatch.setattr(cli, "unavailable_reason", lambda: "the lab needs root (it mounts overlays)")
+    reason = "the lab needs root (it mounts overlays)"
+    monkeypatch.setattr(cli, "unavailable_reason", lambda: reason)
     for args in (["up", "--hosts", "2"], ["down"], ["build"]):
         res = CliRunner().invoke(cli.lab, args)
         assert res.exit_code == 4, (args, res.output)
