@@ -126,6 +126,11 @@ class Fleet:
             known = [fleet._rt[h.name].prepare(base.rootfs, etc_hosts) for h in hosts]
             fleet.known_hosts.write_text("\n".join(known) + "\n", encoding="utf-8")
             fleet._write_inventory()
+            fleet.extra_vars_path.write_text(
+                "# the lab cannot load kernel modules: roles skip modprobe/initramfs\n"
+                "nvidia_driver_manage_kernel_modules: false\n",
+                encoding="utf-8",
+            )
             if repo_url and wheels_url:
                 fleet.stack_path.write_text(stack_yaml(repo_url, wheels_url), encoding="utf-8")
             if boot:
@@ -179,6 +184,11 @@ class Fleet:
     @property
     def stack_path(self) -> Path:
         return self.dir / "stack.yml"
+
+    @property
+    def extra_vars_path(self) -> Path:
+        """Variables every lab run needs (for `-e @file` with `--host`; the inventory has them)."""
+        return self.dir / "lab-vars.yml"
 
     def inventory(self) -> dict[str, Any]:
         key = self.hosts[0].key
