@@ -1,0 +1,127 @@
+"""Progress rendering (live table and plain lines), the summary table, and Ctrl-C -> 130."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import CONTENT, recorded
+
+from provisioner.events import RunState
+from provisioner.progress import Progress, summary_table
+
+EXE = Path(sys.executable).parent / "provision"
+
+
+def test_plain_lines_off_a_terminal() -> None:
+    out = io.StringIO()
+    p = Progress(RunState(), stream=out, live=False)
+    with p:
+        for e in recorded("run")["events"]:
+            p.on_event(e)
+    lines = out.getvalue().splitlines()
+    assert "h-ok | ok | demo_role : Publish the demo checks" in lines
+    assert "h-changed | changed | demo_role : Change something (or not)" in lines
+    assert any(x.startswith("h-taskfail | FAILED | demo_role : Fail a task") for x in lines)
+    assert any(x.startswith("h-unreachable | UNREACHABLE |") for x in lines)
+    assert not any("| skipped |" in x for x in lines)  # only with -v
+    verbose = io.StringIO()
+    pv = Progress(RunState(), stream=verbose, live=False, verbosity=1)
+    for e in recorded("run")["events"]:
+        pv.on_event(e)
+    assert "| skipped |" in verbose.getvalue()
+
+
+def test_live_table_on_a_terminal() -> None:
+    out = io.StringIO()
+    state = RunState()
+    with Progress(state, stream=out, live=True) as p:
+        for e in recorded("run")["events"]:
+            p.on_event(e)
+    text = out.getvalue()
+    for host in ("h-ok", "h-changed", "h-fail", "h-unreachable"):
+        assert host in text
+    assert "unreachable" in text
+    assert "FAILED" in text  # failures are printed above the table as they happen
+    assert state.hosts["h-changed"].changed == 1
+
+
+def test_summary_table() -> None:
+    out = io.StringIO()
+    report = {
+        "command": "check",
+        "run_id": "r1",
+        "duration_s": 1.5,
+        "exit_code": 5,
+        "summary": {"hosts": 2, "ok": 1, "drift": 1},
+        "hosts": {
+            "g1": {
+                "status": "ok",
+                "counts": {"ok": 3, "changed": 0, "failed": 0},
+                "checks": [{"id": "a", "status": "pass"}],
+                "facts": {"driver_version": "535.1"},
+            },
+            "g2": {
+                "status": "drift",
+                "counts": {},
+                "facts": {},
+                "checks": [{"id": "driver.hold", "status": "drift"}],
+            },
+        },
+    }
+    summary_table(report, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == [
+        "host",
+        "status",
+        "ok",
+        "changed",
+        "failed",
+        "checks",
+        "driver",
+        "problems",
+    ]
+    assert lines[1].split() == ["g1", "ok", "3", "0", "0", "1/1", "535.1"]
+    assert "driver.hold=drift" in lines[2]
+    assert "2 host(s): 1 ok, 0 changed, 1 drift, 0 failed, 0 unreachable" in lines[3]
+    assert lines[3].endswith("exit 5")
+
+
+def test_ctrl_c_stops_the_run_with_130(tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "PROVISION_STATE_DIR": str(tmp_path / "state"),
+        "PROVISION_CONTENT_DIR": str(CONTENT),
+    }
+    proc = subprocess.Popen(
+        [
+            str(EXE),
+            "-i",
+            str(CONTENT / "inventory.yml"),
+            "--limit",
+            "h-ok",
+            "-e",
+            "demo_sleep=120",
+            "--json",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait until Ansible is past the task before the sleep
+        if "Publish a validation result" in line or "Publish the demo report" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    report = json.loads(out)
+    assert report["run_status"] == "canceled"
+    assert report["exit_code"] == 130
