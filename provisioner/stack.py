@@ -337,8 +337,9 @@ def _rule_distros(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, A
     missing = [u for u in unconfirmed if u not in carries]
     if missing:
         warnings.append(
-            f"{DISTRO_PREFIX}CUDA {cuda} packages for {', '.join(missing)} are unconfirmed; hosts there fail "
-            f"unless the mirror carries them (declare it in mirrors.nvidia_repo_carries)"
+            f"{DISTRO_PREFIX}CUDA {cuda} packages for {', '.join(missing)} are unconfirmed; "
+            f"hosts there fail unless the mirror carries them "
+            f"(declare it in mirrors.nvidia_repo_carries)"
         )
 
 
