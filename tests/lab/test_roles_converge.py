@@ -1,4 +1,4 @@
-"""Lab: the whole stack converges on a simulated 8x H100 host, idempotently, and check mode is clean."""
+"""Lab: the stack converges on a simulated 8x H100 host, idempotently; check mode is clean."""
 
 from __future__ import annotations
 
@@ -26,9 +26,11 @@ def test_h100_converges_idempotent_and_check_clean(fleet_factory, tmp_path: Path
     # fabric manager at exactly the driver version on the NVSwitch box
     res = fleet.run(host, "dpkg-query -W -f='${Version}' nvidia-fabricmanager-535")
     rc, out = res.rc, res.stdout
-    assert rc == 0 and out.startswith(first.facts[host]["nvidia_driver_report"]["driver_userspace_version"])
+    driver = first.facts[host]["nvidia_driver_report"]["driver_userspace_version"]
+    assert rc == 0 and out.startswith(driver)
     # traps never installed
-    out = fleet.run(host, "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' cuda cuda-12-1 cuda-drivers || true").stdout
+    query = "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' cuda cuda-12-1 cuda-drivers"
+    out = fleet.run(host, query + " || true").stdout
     assert " ii" not in out, out
     out = fleet.run(host, "apt-mark showhold").stdout
     for pkg in ("cuda-drivers-535", "libcudnn8", "libnccl2", "nvidia-fabricmanager-535"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -65,7 +64,7 @@ class PlayResult:
 
 def run_playbook(fleet: Any, playbook: str, extravars: dict[str, Any], *, check: bool = False,
                  tmp: Path, limit: str | None = None) -> PlayResult:
-    """Run playbooks/<playbook> through ansible-runner; collect stats and *_checks facts from events."""
+    """Run playbooks/<playbook> via ansible-runner; collect stats and *_checks facts."""
     import ansible_runner  # noqa: PLC0415 - heavy import, only for lab tests
 
     os.environ["PATH"] = f"{BIN}:{os.environ.get('PATH', '')}"
