@@ -42,8 +42,10 @@ def test_one_host_four_ranks_passes(fleet_factory, tmp_path: Path, record_proper
     print(f"lab validation: program {node['elapsed_s']} s, playbook {wall:.1f} s")
     assert node["status"] == "pass"
     assert node["backend"] == "gloo" and node["world_size"] == 4
-    # the simulated nvidia-smi's GPUs are reported, but the CPU row applies, and says so
-    assert len(node["gpu_names"]) == 8 and "H100" in node["gpu_names"][0]
+    # the simulated GPUs are reported (from the GPU facts: no driver on a fresh host), but the CPU
+    # row applies, and says so
+    assert len(node["gpu_names"]) == 8 and "H100" in node["gpu_names"][0], node["gpu_names"]
+    assert node["topology"]["interconnect"] == "nvswitch"
     assert node["thresholds"]["row"] == "cpu-gloo"
     assert "GPU thresholds not applicable" in node["thresholds"]["note"]
     # measured numbers are in the result
@@ -58,8 +60,8 @@ def test_one_host_four_ranks_passes(fleet_factory, tmp_path: Path, record_proper
     assert node["versions"]["torch"].startswith("2.13.0")
     # the program ran well inside its outer limit and left nothing behind
     assert node["elapsed_s"] < 120
-    _rc, out, _ = fleet.run(host, "ls -d /tmp/provision-validate.* 2>/dev/null | wc -l")
-    assert out.strip() == "0", out
+    left = fleet.run(host, "ls -d /tmp/provision-validate.* 2>/dev/null | wc -l")
+    assert left.stdout.strip() == "0", left
 
 
 def test_two_hosts_two_ranks_each_across_network(fleet_factory, tmp_path: Path) -> None:
@@ -84,8 +86,8 @@ def test_two_hosts_two_ranks_each_across_network(fleet_factory, tmp_path: Path) 
 def test_stalled_rank_fails_naming_rank_and_host(fleet_factory, tmp_path: Path) -> None:
     fleet = fleet_factory(1, profiles=("h100-sxm-8",))
     host = fleet.hosts[0].name
-    _, hostname, _ = fleet.run(host, "hostname")
-    hostname = hostname.strip()
+    hostname = fleet.run(host, "hostname").stdout.strip()
+    assert hostname
     res = run_playbook(fleet, "validate.yml",
                        _vars(fleet, validation_nproc_per_node=2, validation_fault="stall:rank=1",
                              validation_collective_timeout_s=10, validation_timeout_s=90),

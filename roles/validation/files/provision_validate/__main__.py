@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu-model", default=None, help="GPU name for the threshold lookup "
                    "(default: torch.cuda / nvidia-smi)")
     r.add_argument("--gpu-count", type=_opt_int, default=None)
+    r.add_argument("--gpu-names", default="", help="JSON list of GPU names to report when "
+                   "neither torch nor nvidia-smi can name them (the role passes its GPU facts)")
     r.add_argument("--topology", default="auto",
                    choices=("auto", "nvswitch", "nvlink", "pcie", "none"))
     r.add_argument("--init-timeout", type=float, default=60.0,

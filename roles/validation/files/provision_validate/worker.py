@@ -212,6 +212,9 @@ def environment(use_cuda: bool, backend: str, args) -> dict:
         out = _nvidia_smi(["--query-gpu=name", "--format=csv,noheader"])
         info["gpu_names"] = [ln.strip() for ln in (out or "").splitlines() if ln.strip()]
         info["gpu_names_source"] = "nvidia-smi" if out else None
+        if not info["gpu_names"] and args.gpu_names:
+            info["gpu_names"] = list(json.loads(args.gpu_names))
+            info["gpu_names_source"] = "ansible facts (nvidia_gpu_facts)"
     topo = args.topology if args.topology != "auto" else _topology_from_smi()
     info["topology"] = {"interconnect": topo, "gpus": len(info["gpu_names"]),
                         "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", 1))}
