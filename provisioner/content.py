@@ -28,6 +28,11 @@ class Content:
     def library(self) -> Path:
         return self.playbooks / "library"
 
+    def role_names(self) -> list[str]:
+        if not self.roles.is_dir():
+            return []
+        return sorted(p.name for p in self.roles.iterdir() if (p / "tasks").is_dir())
+
     def playbook(self, name: str) -> Path:
         path = self.playbooks / name
         if not path.is_file():

@@ -124,6 +124,17 @@ def resolve_targets(s: Settings) -> Targets:
     raise UsageProblem("no hosts: give --host HOST (repeatable) or -i INVENTORY")
 
 
+SPECIAL_TAGS = frozenset({"always", "never", "all", "tagged", "untagged"})
+
+
+def check_tags(s: Settings, roles: list[str]) -> None:
+    """--tags/--skip-tags take role names; a typo would silently run nothing, so refuse it."""
+    for opt, value in (("--tags", s.tags), ("--skip-tags", s.skip_tags)):
+        for tag in (t.strip() for t in (value or "").split(",")):
+            if tag and tag not in roles and tag not in SPECIAL_TAGS:
+                raise UsageProblem(f"{opt}: unknown role {tag!r} (roles: {', '.join(roles)})")
+
+
 def echo_err(line: str) -> None:
     click.echo(line, err=True)
 
@@ -352,6 +363,7 @@ def execute(
     tg = resolve_targets(s)
     content = locate()
     content.playbook(PLAYBOOKS[s.command])  # SetupError (exit 4) before any host is contacted
+    check_tags(s, content.role_names())
     state = state or default_state()
     state.ensure()
     run_id = new_run_id(s.command)

@@ -252,3 +252,13 @@ def test_history_commands(state_dir: Path) -> None:
     assert json.loads(r.stdout)["hosts"][0]["status"] == {"before": "ok", "after": "drift"}
     r = CliRunner().invoke(cli, ["history", "diff", "nope"])
     assert r.exit_code == 2
+
+
+def test_tags_must_name_roles(state_dir: Path, demo_content: Path) -> None:
+    inv = str(demo_content / "inventory.yml")
+    r = CliRunner().invoke(cli, ["-i", inv, "--tags", "demo_rol"])
+    assert r.exit_code == 2
+    assert "--tags: unknown role 'demo_rol' (roles: demo_role)" in r.output
+    r = CliRunner().invoke(cli, ["check", "-i", inv, "--skip-tags", "demo_role,nope"])
+    assert r.exit_code == 2
+    assert "--skip-tags: unknown role 'nope'" in r.output
