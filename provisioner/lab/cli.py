@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from provisioner.exitcodes import ExitCode
+from provisioner.lab.fleet import owner_alive
 from provisioner.lab.lab import Lab, unavailable_reason
 from provisioner.lab.profiles import profile_names
 from provisioner.lab.util import LabError
@@ -115,13 +116,22 @@ def up(hosts: int, profile: str, lab_dir: Path | None) -> None:
 
 
 @lab.command()
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Also destroy fleets of test runs that are still alive (other people's runs too).",
+)
 @lab_dir_option
-def down(lab_dir: Path | None) -> None:
+def down(everything: bool, lab_dir: Path | None) -> None:
     """Tear down the `lab up` fleet, its server, and fleets left behind by killed test runs."""
     _need_lab()
     the_lab = Lab(lab_dir)
     failed = []
     for fleet in the_lab.fleets():
+        if fleet.owner_pid is not None and owner_alive(fleet) and not everything:
+            click.echo(f"kept fleet {fleet.id} (owned by live process {fleet.owner_pid})")
+            continue
         try:
             fleet.destroy()
             click.echo(f"destroyed fleet {fleet.id} ({len(fleet.hosts)} host(s)) in {fleet.dir}")

@@ -7,6 +7,8 @@ import atexit
 import contextlib
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -117,6 +119,7 @@ class Fleet:
         )
         if not detached:
             _LIVE[fleet_id] = fleet
+            _exit_on_sigterm()
         try:
             fleet._save()
             etc_hosts = (
@@ -296,14 +299,17 @@ class Fleet:
         errors: list[str] = []
         for rt in self._rt.values():
             rt.stop()
-        with ThreadPoolExecutor(max_workers=max(1, len(self._rt))) as pool:
-            for rt, exc in zip(
-                self._rt.values(),
-                pool.map(_stop_one, self._rt.values()),
-                strict=True,
-            ):
-                if exc:
-                    errors.append(f"{rt.host.name}: {exc}")
+        # plain threads: this also runs from atexit, when executors refuse new work
+        results: dict[str, Exception | None] = {}
+        threads = [
+            threading.Thread(target=lambda r=rt: results.__setitem__(r.host.name, _stop_one(r)))
+            for rt in self._rt.values()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        errors += [f"{name}: {exc}" for name, exc in results.items() if exc]
         for rt in self._rt.values():
             try:
                 rt.remove()
@@ -324,6 +330,18 @@ def _stop_one(rt: HostRuntime) -> Exception | None:
     except Exception as exc:
         return exc
     return None
+
+
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into a normal exit (so atexit tears fleets down), if nobody handles it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_exit)
+
+
+def _raise_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @atexit.register

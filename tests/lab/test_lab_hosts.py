@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from provisioner.lab import cgroups
@@ -146,3 +149,30 @@ def test_teardown_leaves_no_mounts_processes_or_cgroups(lab):
     alive = [p for p in pids if _running(p)]
     assert alive == []
     fleet.destroy()  # idempotent
+
+
+OWNER = """
+import sys, time
+from provisioner.lab import Lab
+lab = Lab()
+lab.start_repo()
+fleet = lab.create_fleet(1, ["t4-1"])
+print(fleet.dir, fleet.hosts[0].machine, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_owner_killed_by_signal_still_tears_down(lab, sig):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    line = proc.stdout.readline().split()
+    assert len(line) == 2, proc.stderr.read() if proc.poll() is not None else line
+    fleet_dir, machine = Path(line[0]), line[1]
+    assert mounts_under(fleet_dir) and cgroups.pids_in(machine)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert not fleet_dir.exists()
+    assert mounts_under(fleet_dir) == []
+    assert cgroups.pids_in(machine) == []
