@@ -69,6 +69,11 @@ class ProbeResult:
     def ok(self) -> bool:
         return self.status in ("ok", "skipped")
 
+    @property
+    def gpu_count(self) -> int:
+        """Display/3D controllers (PCI class 03xx); NVSwitch bridges and the like not counted."""
+        return sum(1 for line in self.gpus if re.search(r"\[03[0-9a-f]{2}\]", line))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -147,6 +152,23 @@ def distro_dir(os_id: str | None, version: str | None) -> str | None:
 
 def repo_arch(arch: str | None) -> str | None:
     return {"x86_64": "x86_64", "aarch64": "sbsa", "ppc64le": "ppc64el"}.get(arch or "", arch)
+
+
+def python_warnings(
+    result: ProbeResult, torch: str, build: str, releases: dict[str, Any]
+) -> list[str]:
+    """The target's python3 against the Python range of the stack's torch wheels."""
+    rel = releases.get(torch) if build == "cu121" else None
+    if rel is None or not result.python:
+        return []
+    lo, hi = (tuple(int(x) for x in str(v).split(".")) for v in rel["python"])
+    have = tuple(int(x) for x in result.python.split(".")[:2])
+    if lo <= have <= hi:
+        return []
+    return [
+        f"python3 {result.python}: torch {torch} {build} wheels need Python "
+        f"{rel['python'][0]} to {rel['python'][1]}"
+    ]
 
 
 def matrix_warnings(

@@ -91,7 +91,9 @@ def preflight_lines(results: list[ProbeResult]) -> list[str]:
     lines = []
     for r in results:
         if r.status == "ok":
-            gpus = f"{len(r.gpus)} NVIDIA device(s)" if r.lspci_available else "lspci n/a"
+            others = len(r.gpus) - r.gpu_count
+            gpus = f"{r.gpu_count} GPU(s)" + (f" + {others} other NVIDIA" if others else "")
+            gpus = gpus if r.lspci_available else "lspci n/a"
             drv = r.driver_version or "no driver"
             lines.append(
                 f"preflight {r.host}: ok ({r.os_name or r.os_id}, {r.arch}, kernel {r.kernel}, "

@@ -30,6 +30,7 @@ from provisioner.preflight import (
     ProbeOptions,
     ProbeResult,
     matrix_warnings,
+    python_warnings,
     run_preflight,
 )
 from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
@@ -202,11 +203,17 @@ def _preflight(
     results = (fn or run_preflight)(tg.targets, opts)
     for line in preflight_lines(results):
         echo_err(line)
-    distros = stk.load_matrix().get("cuda", {}).get(stack.cuda_version, {}).get("distros", [])
+    matrix = stk.load_matrix()
+    distros = matrix.get("cuda", {}).get(stack.cuda_version, {}).get("distros", [])
+    releases = matrix.get("pytorch", {}).get("cu121", {}).get("releases", {})
+    pt = stack.data["pytorch"]
     for r in results:
         out.probes[r.host] = r
         if r.status == "ok":
-            for w in matrix_warnings(r, distros, stack.carries(), stack.cuda_version):
+            warnings = matrix_warnings(r, distros, stack.carries(), stack.cuda_version)
+            warnings += python_warnings(r, str(pt["version"]), str(pt["build"]), releases)
+            r.warnings.extend(warnings)
+            for w in warnings:
                 echo_err(f"preflight {r.host}: warning: {w}")
         if not r.ok:
             out.hosts[r.host] = preflight_entry(r)

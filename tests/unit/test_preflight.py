@@ -245,3 +245,24 @@ def test_matrix_warnings() -> None:
         host="h", address="h", port=22, os_id="fedora", os_version="40", arch="x86_64"
     )
     assert "not one NVIDIA packages CUDA for" in pf.matrix_warnings(fed, distros, [], "12.1")[0]
+
+
+def test_gpu_count_ignores_nvswitch_bridges() -> None:
+    r = pf.ProbeResult(host="h", address="h", port=22)
+    nvswitch = "85:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:22a3] (rev a1)"
+    pf.apply_probe_output(r, CANNED.replace("rc=0\n==driver", nvswitch + "\nrc=0\n==driver", 1))
+    assert len(r.gpus) == 3
+    assert r.gpu_count == 2
+
+
+def test_python_range_of_the_torch_wheels() -> None:
+    releases = load_matrix()["pytorch"]["cu121"]["releases"]
+    r = pf.ProbeResult(host="h", address="h", port=22, python="3.8.10")
+    (w,) = pf.python_warnings(r, "2.5.1", "cu121", releases)
+    assert "torch 2.5.1 cu121 wheels need Python 3.9 to 3.12" in w
+    assert pf.python_warnings(r, "2.1.0", "cu121", releases) == []
+    assert pf.python_warnings(r, "2.13.0", "cpu", releases) == []
+    r.python = "3.12.3"
+    assert pf.python_warnings(r, "2.5.1", "cu121", releases) == []
+    r.python = "3.13.0"
+    assert pf.python_warnings(r, "2.5.1", "cu121", releases)
