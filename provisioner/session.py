@@ -111,6 +111,12 @@ def resolve_targets(s: Settings) -> Targets:
         raise UsageProblem("give either --host or -i/--inventory, not both")
     connection = s.connection or "ssh"
     key = str(s.key.expanduser()) if s.key else None
+    default_kh = DEFAULT_KNOWN_HOSTS.expanduser()
+    if connection == "paramiko" and s.known_hosts and s.known_hosts.expanduser() != default_kh:
+        raise UsageProblem(
+            "--connection paramiko: Ansible's paramiko connection reads only ~/.ssh/known_hosts; "
+            "use --connection ssh with --known-hosts, or add the keys to ~/.ssh/known_hosts"
+        )
     if s.hosts:
         targets = inv.targets_from_hosts(
             s.hosts, port=s.port, user=s.user, key_file=key, connection=connection
