@@ -102,3 +102,24 @@ def test_stalled_rank_fails_naming_rank_and_host(fleet_factory, tmp_path: Path) 
     # failed by the collective watchdog (10 s), long before the outer 90 s limit
     assert node["torchrun_rc"] not in (124, 137), node["torchrun_rc"]
     assert node["elapsed_s"] < 90
+
+
+def test_check_mode_runs_only_when_enabled_and_changes_nothing(fleet_factory,
+                                                               tmp_path: Path) -> None:
+    fleet = fleet_factory(1, profiles=("h100-sxm-8",))
+    host = fleet.hosts[0].name
+    ev = _vars(fleet, validation_nproc_per_node=2)
+    del ev["validation_enabled"]  # the role default: off in check mode
+    off = run_playbook(fleet, "validate.yml", ev, check=True, tmp=tmp_path / "off")
+    assert off.rc == 0, off.output[-3000:]
+    assert {c["status"] for c in _checks(off, host).values()} == {"skip"}
+    assert "validation_result" not in off.facts[host]
+
+    on = run_playbook(fleet, "validate.yml", dict(ev, validation_enabled=True), check=True,
+                      tmp=tmp_path / "on")
+    assert on.rc == 0, on.output[-3000:]
+    assert on.changed(host) == 0
+    checks = _checks(on, host)
+    assert checks["validation.allreduce"]["status"] == "pass", checks
+    assert checks["validation.ddp"]["status"] == "pass", checks
+    assert on.facts[host]["validation_result"]["world_size"] == 2
