@@ -340,23 +340,29 @@ def _report(
 
 
 def _publish(s: Settings, report: dict[str, Any], state: StateDir) -> None:
+    lines: list[str] = []
     previous = None
     if s.command == "check":
         previous = state.previous_report(s.command, report["run_id"], set(report["hosts"]))
+    if previous is not None:
+        diffs = diff_reports(previous, report)
+        report["changes"] = {
+            "since": previous.get("run_id"),
+            "hosts": [d.to_dict() for d in diffs if not d.empty],
+        }
+        body = format_diff(diffs)
+        lines = [f"changes since {previous.get('run_id')}:", *(f"  {x}" for x in body)]
+        if not body:
+            lines = [f"no changes since {previous.get('run_id')}"]
     state.save_report(report)
     if s.report_dir is not None:
         report["report_files"] = [str(p) for p in write_all(report, s.report_dir.expanduser())]
-    if previous is not None:
-        lines = format_diff(diff_reports(previous, report))
-        head = "changes since" if lines else "no changes since"
-        echo_err(f"{head} {previous['run_id']}" + (":" if lines else ""))
-        for line in lines:
-            echo_err(f"  {line}")
+    stream = sys.stderr if s.as_json else sys.stdout
+    for line in lines:
+        click.echo(line, file=stream)
+    summary_table(report, stream)
     if s.as_json:
-        summary_table(report, sys.stderr)
         click.echo(json_summary(report))
-    else:
-        summary_table(report, sys.stdout)
 
 
 def execute(

@@ -30,6 +30,7 @@ def test_check_exit_codes_and_history_diff(tmp_path: Path) -> None:
     first = run(tmp_path, "check", "-i", inv, "--limit", "h-ok,h-drift")
     assert first.returncode == 5, first.stderr
     assert "h-drift" in first.stdout
+    first_id = first.stdout.splitlines()[-2].split()[1].rstrip(":")
     second = run(
         tmp_path,
         "check",
@@ -42,8 +43,13 @@ def test_check_exit_codes_and_history_diff(tmp_path: Path) -> None:
         "--json",
     )
     assert second.returncode == 0, second.stderr
-    assert json.loads(second.stdout)["summary"]["drift"] == 0
-    assert "changes since" in second.stderr
+    report = json.loads(second.stdout)
+    assert report["summary"]["drift"] == 0
+    assert report["changes"]["since"].endswith(first_id)
+    (change,) = report["changes"]["hosts"]
+    assert change["host"] == "h-drift"
+    assert change["resolved"] == ["demo.version: drift -> pass"]
+    assert "changes since" in second.stderr  # with --json the human text goes to stderr
     assert "resolved: demo.version: drift -> pass" in second.stderr
     failed = run(tmp_path, "check", "-i", inv, "--limit", "h-fail,h-drift")
     assert failed.returncode == 1
