@@ -78,8 +78,11 @@ class Progress:
         from rich.table import Table  # noqa: PLC0415
 
         t = Table(title=f"provision: {self.state.play or 'starting'}", expand=False)
-        for col in ("host", "role", "task", "ok", "changed", "failed", "elapsed"):
-            t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=48)
+        t.add_column("host", no_wrap=True, min_width=8, max_width=32, overflow="ellipsis")
+        t.add_column("role", no_wrap=True, min_width=6, max_width=16, overflow="ellipsis")
+        t.add_column("task", no_wrap=True, min_width=10, max_width=36, overflow="ellipsis")
+        for col in ("ok", "changed", "failed", "elapsed"):
+            t.add_column(col, no_wrap=True, justify="right", min_width=len(col))
         for h in self.state.hosts.values():
             failed = ("unreachable" if h.unreachable else str(h.failed))
             t.add_row(h.name, h.role, h.task, str(h.ok), str(h.changed), failed,
