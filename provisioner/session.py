@@ -38,6 +38,7 @@ from provisioner.reports import host_entry, iso, summarize, write_all
 from provisioner.stack import Stack
 from provisioner.state import StateDir, default_state, new_run_id
 
+DEFAULT_MAX_FORKS = 16  # without --forks: one fork per host, up to this many
 PLAYBOOKS = {"run": "site.yml", "check": "check.yml", "validate": "validate.yml"}
 
 
@@ -263,7 +264,7 @@ def _ansible(
             check=s.ansible_check,
             diff=bool(s.diff),
             verbosity=s.verbosity,
-            forks=s.forks,
+            forks=s.forks or min(len(out.good), DEFAULT_MAX_FORKS),
             become=s.become is not False,
             become_password=become_password,
             user=s.user if not tg.from_hosts else None,
