@@ -6,6 +6,9 @@ One host x 4 ranks passes with its numbers in the facts; two hosts x 2 ranks pas
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -123,3 +126,26 @@ def test_check_mode_runs_only_when_enabled_and_changes_nothing(fleet_factory,
     assert checks["validation.allreduce"]["status"] == "pass", checks
     assert checks["validation.ddp"]["status"] == "pass", checks
     assert on.facts[host]["validation_result"]["world_size"] == 2
+
+
+def test_provision_validate_writes_numbers_into_report(fleet_factory, tmp_path: Path) -> None:
+    fleet = fleet_factory(1, profiles=("h100-sxm-8",))
+    host = fleet.hosts[0].name
+    report = tmp_path / "report"
+    provision = Path(sys.executable).parent / "provision"
+    proc = subprocess.run(
+        [str(provision), "validate", "-i", str(fleet.inventory_path), "--stack",
+         str(fleet.stack_path), "--known-hosts", str(fleet.known_hosts), "--report-dir",
+         str(report)],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((report / "report.json").read_text(encoding="utf-8"))
+    h = data["hosts"][host]
+    assert h["status"] == "ok"
+    checks = {c["id"]: c for c in h["checks"]}
+    assert checks["validation.allreduce"]["status"] == "pass"
+    assert checks["validation.allreduce"]["actual"]["busbw_gbps"] > 0
+    assert checks["validation.ddp"]["status"] == "pass"
+    val = h["validation"]
+    assert val["world_size"] == 2 and val["allreduce"]["judged_busbw_gbps"] > 0
+    assert val["ddp"]["summary"]["scaling_efficiency"] is not None
