@@ -32,8 +32,9 @@ def state_dir() -> Path:
 
 
 def new_run_id(command: str, now: datetime | None = None) -> str:
-    """Sortable by time: `20261202T183000Z-check-1a2b3c`."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    """Sortable by time, to the millisecond: `20261202T183000.042Z-check-1a2b3c`."""
+    t = now or datetime.now(UTC)
+    stamp = f"{t:%Y%m%dT%H%M%S}.{t.microsecond // 1000:03d}Z"
     return f"{stamp}-{command}-{secrets.token_hex(3)}"
 
 

@@ -42,7 +42,7 @@ def test_run_ids_sort_by_time() -> None:
 
     a = st.new_run_id("check", datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
     b = st.new_run_id("run", datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC))
-    assert a.startswith("20260102T030405Z-check-")
+    assert a.startswith("20260102T030405.000Z-check-")
     assert a < b
 
 

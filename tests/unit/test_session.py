@@ -1,0 +1,139 @@
+"""session.execute() end to end with a recorded run replayed in place of ansible-runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import recorded
+
+from provisioner import session
+from provisioner.exitcodes import SetupError
+from provisioner.preflight import ProbeResult
+from provisioner.runner import RunRequest, RunResult
+from provisioner.state import StateDir
+
+
+class Replay:
+    """A run_fn: feeds a recorded event stream to the handler, returns its stats."""
+
+    def __init__(self, name: str) -> None:
+        self.rec = recorded(name)
+        self.requests: list[RunRequest] = []
+
+    def __call__(self, req: RunRequest, on_event: Any) -> RunResult:
+        self.requests.append(req)
+        for e in self.rec["events"]:
+            on_event(e)
+        return RunResult(
+            status=self.rec["status"],
+            rc=self.rec["rc"],
+            artifacts=req.artifact_dir / req.ident,
+            stats=self.rec["stats"],
+        )
+
+
+def probes(bad: dict[str, str]) -> Any:
+    def fn(targets: list, opts: Any) -> list[ProbeResult]:
+        out = []
+        for t in targets:
+            r = ProbeResult(
+                host=t.name,
+                address=t.address,
+                port=t.port,
+                os_id="debian",
+                os_version="12",
+                arch="x86_64",
+                python="3.11.2",
+            )
+            if t.name in bad:
+                r.status, r.stage, r.message = "unreachable", bad[t.name], "nope"
+            out.append(r)
+        return out
+
+    return fn
+
+
+HOSTS = ("h-ok", "h-changed", "h-drift", "h-fail", "h-taskfail", "h-unreachable")
+
+
+def settings(command: str, tmp_path: Path, **kw: Any) -> session.Settings:
+    return session.Settings(command=command, hosts=HOSTS, report_dir=tmp_path / "rep", **kw)
+
+
+def test_preflight_failures_are_left_out_and_reported(
+    tmp_path: Path, demo_content: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay = Replay("run")
+    code = session.execute(
+        settings("run", tmp_path),
+        state=StateDir(tmp_path / "st"),
+        run_fn=replay,
+        preflight_fn=probes({"h-ok": "hostkey"}),
+    )
+    assert code == 1
+    (req,) = replay.requests
+    assert req.limit == "h-changed,h-drift,h-fail,h-taskfail,h-unreachable"
+    assert req.forks == 5
+    assert req.check is False
+    assert req.extravars["nvidia_driver_allow_reboot"] is True
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert list(report["hosts"]) == list(HOSTS)  # the order given on the command line
+    h = report["hosts"]["h-ok"]
+    assert h["status"] == "unreachable"
+    assert h["checks"][0]["id"] == "preflight.hostkey"
+    assert report["hosts"]["h-taskfail"]["status"] == "failed"
+    assert report["summary"]["unreachable"] == 2
+    assert report["exit_code"] == 1
+    out = capsys.readouterr()
+    assert "preflight h-ok: UNREACHABLE at hostkey: nope" in out.err
+    assert "6 host(s)" in out.out
+
+
+def test_all_hosts_failing_preflight_skip_ansible(tmp_path: Path, demo_content: Path) -> None:
+    replay = Replay("run")
+    bad = dict.fromkeys(HOSTS, "connect")
+    code = session.execute(
+        settings("run", tmp_path),
+        state=StateDir(tmp_path / "st"),
+        run_fn=replay,
+        preflight_fn=probes(bad),
+    )
+    assert code == 3
+    assert replay.requests == []
+
+
+def test_check_drift_and_history(tmp_path: Path, demo_content: Path) -> None:
+    st = StateDir(tmp_path / "st")
+    hosts = ("h-ok", "h-drift", "h-changed")
+    s = session.Settings(command="check", hosts=hosts, no_reboot=True, validate=True)
+    replay = Replay("check")
+    assert session.execute(s, state=st, run_fn=replay, preflight_fn=probes({})) == 1
+    (req,) = replay.requests
+    assert req.check is True
+    assert req.extravars["validation_enabled"] is True
+    assert req.forks == 3
+    # the recorded run also holds h-fail (failed): the report keeps it, the exit code follows
+    saved = st.load_report("latest")
+    assert saved["hosts"]["h-drift"]["status"] == "drift"
+    assert saved["hosts"]["h-changed"]["status"] == "drift"
+    assert "changes" not in saved
+    session.execute(s, state=st, run_fn=Replay("check"), preflight_fn=probes({}))
+    assert st.load_report("latest")["changes"]["hosts"] == []
+
+
+def test_missing_playbook_is_a_setup_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    content = tmp_path / "content"
+    (content / "playbooks").mkdir(parents=True)
+    (content / "roles").mkdir()
+    monkeypatch.setenv("PROVISION_CONTENT_DIR", str(content))
+    with pytest.raises(SetupError, match=r"playbook site\.yml not found") as info:
+        session.execute(
+            settings("run", tmp_path),
+            state=StateDir(tmp_path / "st"),
+            run_fn=Replay("run"),
+            preflight_fn=probes({}),
+        )
+    assert info.value.exit_code == 4
