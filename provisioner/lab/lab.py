@@ -86,6 +86,10 @@ class Lab:
         """Serve (in a thread of this process) a freshly built, signed repo and the wheelhouse."""
         if self.repo is not None:
             return self.repo
+        for stale in (self.dir / "serve").glob("t*-*"):  # trees of killed test processes
+            pid = stale.name[1:].split("-", 1)[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                remove_tree(stale)
         root = self._serve_tree(f"t{os.getpid()}-{time.time_ns() % 10**9}")
         self._server = ThreadedServer(root)
         self._serve_root = root
