@@ -23,7 +23,7 @@ from provisioner import inventory as inv
 from provisioner import stack as stk
 from provisioner.content import Content, locate
 from provisioner.events import RunState
-from provisioner.exitcodes import UsageProblem, exit_code_for
+from provisioner.exitcodes import SetupError, UsageProblem, exit_code_for
 from provisioner.history import diff_reports, format_diff
 from provisioner.preflight import (
     DEFAULT_KNOWN_HOSTS,
@@ -355,9 +355,15 @@ def _publish(s: Settings, report: dict[str, Any], state: StateDir) -> None:
         lines = [f"changes since {previous.get('run_id')}:", *(f"  {x}" for x in body)]
         if not body:
             lines = [f"no changes since {previous.get('run_id')}"]
-    state.save_report(report)
+    try:
+        state.save_report(report)
+    except OSError as exc:
+        raise SetupError(f"cannot write the history in {state.history}: {exc}") from exc
     if s.report_dir is not None:
-        report["report_files"] = [str(p) for p in write_all(report, s.report_dir.expanduser())]
+        try:
+            report["report_files"] = [str(p) for p in write_all(report, s.report_dir.expanduser())]
+        except OSError as exc:
+            raise UsageProblem(f"--report-dir {s.report_dir}: {exc}") from exc
     stream = sys.stderr if s.as_json else sys.stdout
     for line in lines:
         click.echo(line, file=stream)
@@ -385,7 +391,12 @@ def execute(
     content.playbook(PLAYBOOKS[s.command])  # SetupError (exit 4) before any host is contacted
     check_tags(s, content.role_names())
     state = state or default_state()
-    state.ensure()
+    try:
+        state.ensure()
+    except OSError as exc:
+        raise SetupError(
+            f"cannot create the state directory {state.root}: {exc} (set PROVISION_STATE_DIR)"
+        ) from exc
     run_id = new_run_id(s.command)
     out = Outcome()
     _preflight(s, tg, stack, preflight_fn, out)

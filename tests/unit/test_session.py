@@ -10,7 +10,7 @@ import pytest
 from conftest import recorded
 
 from provisioner import session
-from provisioner.exitcodes import SetupError
+from provisioner.exitcodes import SetupError, UsageProblem
 from provisioner.preflight import ProbeResult
 from provisioner.runner import RunRequest, RunResult
 from provisioner.state import StateDir
@@ -137,3 +137,23 @@ def test_missing_playbook_is_a_setup_error(tmp_path: Path, monkeypatch: pytest.M
             preflight_fn=probes({}),
         )
     assert info.value.exit_code == 4
+
+
+def test_unwritable_report_dir_is_a_usage_error(tmp_path: Path, demo_content: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    s = session.Settings(command="run", hosts=("h-ok",), report_dir=blocker / "rep")
+
+    with pytest.raises(UsageProblem, match="--report-dir") as info:
+        session.execute(
+            s, state=StateDir(tmp_path / "st"), run_fn=Replay("run"), preflight_fn=probes({})
+        )
+    assert info.value.exit_code == 2
+    bad_state = StateDir(blocker / "state")
+    with pytest.raises(SetupError, match="cannot create the state directory"):
+        session.execute(
+            session.Settings(command="run", hosts=("h-ok",)),
+            state=bad_state,
+            run_fn=Replay("run"),
+            preflight_fn=probes({}),
+        )
