@@ -138,6 +138,8 @@ def summary_table(report: dict[str, Any], stream: TextIO) -> None:
     print(fmt.format(*header), file=stream)
     for r in rows:
         print(fmt.format(*r), file=stream)
+    for line in problem_lines(hosts):
+        print(line, file=stream)
     s = report.get("summary", {})
     parts = [f"{s.get(k, 0)} {k}" for k in ("ok", "changed", "drift", "failed", "unreachable")]
     print(
@@ -150,6 +152,23 @@ def summary_table(report: dict[str, Any], stream: TextIO) -> None:
         print(f"Artifacts: {report['artifacts']}", file=stream)
     for path in report.get("report_files", []):
         print(f"Report: {path}", file=stream)
+
+
+def problem_lines(hosts: dict[str, dict[str, Any]], per_host: int = 12) -> list[str]:
+    """Each failing or drifting check with expected, actual and the remediation hint."""
+    lines: list[str] = []
+    for name, e in hosts.items():
+        bad = [c for c in e.get("checks") or [] if c["status"] in ("fail", "drift")]
+        for c in bad[:per_host]:
+            lines.append(
+                f"{name}: {c['id']} {c['status'].upper()}: expected {c.get('expected')!r}, "
+                f"actual {c.get('actual')!r}" + (f"; {c['message']}" if c.get("message") else "")
+            )
+            if c.get("remediation"):
+                lines.append(f"{' ' * len(name)}  fix: {c['remediation']}")
+        if len(bad) > per_host:
+            lines.append(f"{name}: ... {len(bad) - per_host} more in report.json")
+    return lines
 
 
 def json_summary(report: dict[str, Any]) -> str:

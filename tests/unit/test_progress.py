@@ -69,7 +69,16 @@ def test_summary_table() -> None:
                 "status": "drift",
                 "counts": {},
                 "facts": {},
-                "checks": [{"id": "driver.hold", "status": "drift"}],
+                "checks": [
+                    {
+                        "id": "driver.hold",
+                        "status": "drift",
+                        "expected": "held",
+                        "actual": "not held",
+                        "message": "hold removed",
+                        "remediation": "apt-mark hold nvidia-driver-535",
+                    }
+                ],
             },
         },
     }
@@ -87,8 +96,10 @@ def test_summary_table() -> None:
     ]
     assert lines[1].split() == ["g1", "ok", "3", "0", "0", "1/1", "535.1"]
     assert "driver.hold=drift" in lines[2]
-    assert "2 host(s): 1 ok, 0 changed, 1 drift, 0 failed, 0 unreachable" in lines[3]
-    assert lines[3].endswith("exit 5")
+    assert lines[3] == "g2: driver.hold DRIFT: expected 'held', actual 'not held'; hold removed"
+    assert lines[4] == "    fix: apt-mark hold nvidia-driver-535"
+    assert "2 host(s): 1 ok, 0 changed, 1 drift, 0 failed, 0 unreachable" in lines[5]
+    assert lines[5].endswith("exit 5")
 
 
 def test_ctrl_c_stops_the_run_with_130(tmp_path: Path) -> None:
