@@ -174,3 +174,34 @@ def test_write_all_is_atomic_and_complete(tmp_path: Path) -> None:
         families((out / "provision.prom").read_text())["provision_run_exit_code"].samples[0].value
         == 0
     )
+
+
+def test_unreachable_counts_once() -> None:
+    pre = {
+        "id": "preflight.connect",
+        "status": "fail",
+        "expected": "reachable",
+        "actual": "refused",
+        "message": "refused",
+        "remediation": "",
+    }
+    ok = {
+        "id": "driver.version",
+        "status": "pass",
+        "expected": "1",
+        "actual": "1",
+        "message": "",
+        "remediation": "",
+    }
+    hosts = {
+        "a": reports.host_entry(status="unreachable", checks=[pre], facts={}, validation=None),
+        "b": reports.host_entry(
+            status="unreachable", checks=[ok], facts={}, validation=None, message="lost mid-run"
+        ),
+    }
+    root = ET.fromstring(reports.junit_xml({"command": "run", "hosts": hosts, "duration_s": 1}))
+    a, b = root.findall("testsuite")
+    assert [c.get("name") for c in a.findall("testcase")] == ["preflight.connect"]
+    assert (a.get("failures"), a.get("errors")) == ("1", "0")
+    assert [c.get("name") for c in b.findall("testcase")] == ["driver.version", "provision.host"]
+    assert (b.get("failures"), b.get("errors")) == ("0", "1")
