@@ -103,3 +103,13 @@ def test_load_reads_json_and_yaml(tmp_path: Path, data: dict) -> None:
     j.write_text(json.dumps(data), encoding="utf-8")
     assert thresholds.load(str(j)) == data
     assert thresholds.load(str(DATA_FILE)) == data
+
+
+def test_multinode_nccl_is_not_judged_by_the_node_row(data: dict) -> None:
+    got = thresholds.lookup(data, "NVIDIA H100 80GB HBM3", "network", 8, "nccl")
+    assert got["row"] is None and got["allreduce_busbw_gbps"] is None
+    assert got["ddp_scaling_efficiency"] is None
+    assert "bound by the NICs" in got["note"]
+    forced = thresholds.lookup(data, "NVIDIA H100 80GB HBM3", "network", 8, "nccl",
+                               {"allreduce_busbw_gbps": 340})
+    assert forced["allreduce_busbw_gbps"] == 340.0

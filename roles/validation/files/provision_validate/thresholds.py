@@ -10,7 +10,7 @@ import fnmatch
 import json
 
 OVERRIDE_KEYS = ("allreduce_busbw_gbps", "ddp_scaling_efficiency", "straggler_ratio")
-TOPOLOGIES = ("nvswitch", "nvlink", "pcie", "none")
+TOPOLOGIES = ("nvswitch", "nvlink", "pcie", "network", "none")
 CPU_NOTE = "backend gloo on CPU: GPU thresholds not applicable"
 
 
@@ -94,6 +94,11 @@ def lookup(data: dict, model: str | None, topology: str | None, count: int, back
         result["confidence"] = found.get("confidence")
     if backend == "gloo":
         result["note"] = CPU_NOTE
+    elif found is None and topo == "network":
+        result["note"] = (
+            "multi-node NCCL: busbw is bound by the NICs (~0.92-0.96 x NICs x rate per node, "
+            "performance-anchors.md); reported, not judged unless validation_thresholds sets "
+            "allreduce_busbw_gbps")
     elif found is None:
         result["note"] = (
             "no threshold row for %s x%d (%s, %s): bandwidth reported, not judged; scaling "

@@ -38,7 +38,7 @@ PROFILES = {
             "local_steps": 8},
     # GPU: sweep to 4 GiB (peak busbw needs >= 1 GiB, nccl-tests #212), a 1-GPU step of tens of ms.
     "gpu": {"min_bytes": 1 << 20, "max_bytes": 4 << 30, "step_factor": 2, "warmup": 5,
-            "iters": 20, "steps": 60, "batch": 128, "width": 256, "image": 32, "hidden": 4096,
+            "iters": 20, "steps": 60, "batch": 256, "width": 256, "image": 64, "hidden": 4096,
             "local_steps": 10},
 }
 
@@ -342,9 +342,13 @@ class Validation:
         t = torch.full((numel,), float(r.rank + 1), dtype=torch.float32, device=self.device)
         if self.r.faults.get("corrupt_allreduce"):
             t[numel // 2] += 1.0
-        self.guarded("all_reduce check (%d B)" % size, lambda: dist.all_reduce(t))
         expected = n * (n + 1) / 2.0
-        wrong = int((t != expected).sum().item())
+
+        def reduce_and_count() -> int:
+            dist.all_reduce(t)
+            return int((t != expected).sum().item())  # .item() waits for the GPU
+
+        wrong = self.guarded("all_reduce check (%d B)" % size, reduce_and_count)
         return {"expected": expected, "wrong": wrong}
 
     def _timed(self, size: int) -> float:
@@ -353,15 +357,16 @@ class Validation:
         numel = max(1, size // 4)
         buf = torch.zeros(numel, dtype=torch.float32, device=self.device)
         what = "all_reduce (%d B)" % size
+        sync_limit = 2 * a.collective_timeout
         for _ in range(a.warmup):
             self.guarded(what, lambda: dist.all_reduce(buf))
-        _sync(self.use_cuda)
+        self.guarded(what + " completion", lambda: _sync(self.use_cuda), sync_limit)
         self.guarded("barrier before timing", dist.barrier)
         slow = self.r.faults.get("slow_bw")
         start = time.perf_counter()
         for _ in range(a.iters):
             self.guarded(what, lambda: dist.all_reduce(buf))
-        _sync(self.use_cuda)
+        self.guarded(what + " completion", lambda: _sync(self.use_cuda), sync_limit)
         elapsed = time.perf_counter() - start
         if slow:
             extra = elapsed * (float(slow.get("factor", 20)) - 1)
@@ -462,7 +467,9 @@ class Validation:
             if ddp:
                 self.wd.disarm()
             losses.append(loss.detach())
-        _sync(self.use_cuda)
+        # NCCL collectives are asynchronous: the device sync is where a hang would show
+        self.guarded("DDP training completion (device sync)", lambda: _sync(self.use_cuda),
+                     2 * self.a.collective_timeout)
         elapsed = time.perf_counter() - start
         return elapsed, [float(x.item()) for x in losses]
 
@@ -471,8 +478,11 @@ class Validation:
         torch.manual_seed(a.seed)
         model = Net(a.width, a.image, a.hidden).to(self.device)
         opt = torch.optim.Adam(model.parameters(), lr=a.lr)
-        scaler = torch.amp.GradScaler("cuda", enabled=self.use_cuda and
-                                      self._autocast()[1] == torch.float16)
+        enabled = self.use_cuda and self._autocast()[1] == torch.float16
+        try:
+            scaler = torch.amp.GradScaler("cuda", enabled=enabled)
+        except (AttributeError, TypeError):  # torch < 2.3
+            scaler = torch.cuda.amp.GradScaler(enabled=enabled)
         return model, opt, scaler
 
     def ddp(self) -> dict:
@@ -567,8 +577,11 @@ def run(args) -> int:
             count = r.local_world  # the GPUs in the job on this node
         data = thresholds.load(args.thresholds) if args.thresholds else {"rows": []}
         overrides = json.loads(args.threshold_overrides) if args.threshold_overrides else {}
-        thr = thresholds.lookup(data, model, env["topology"]["interconnect"], count, v.backend,
-                                overrides)
+        nnodes = r.world // max(1, r.local_world)
+        topo = env["topology"]["interconnect"]
+        if nnodes > 1 and v.backend == "nccl":
+            topo = "network"  # busbw is bound by the NICs, not by the node's own links
+        thr = thresholds.lookup(data, model, topo, count, v.backend, overrides)
         r.frag.update({"backend": v.backend, "environment": env, "thresholds": thr,
                        "nnodes": r.world // max(1, r.local_world)})
         ar = v.allreduce(thr)
