@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 N ?= 2
 PROFILE ?= h100-sxm-8
 
-.PHONY: venv test unit lab-test lint demo bench lab-up lab-down lab-status clean
+.PHONY: venv test unit lint demo lab-up lab-down lab-status clean
 
 $(BIN)/provision: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -41,9 +41,6 @@ lab-status: venv
 
 demo: venv
 	$(BIN)/python -m provisioner.lab.demo --report-dir demo-report
-
-bench: venv
-	$(BIN)/python -m tests.bench
 
 clean:
 	rm -rf $(VENV) dist build demo-report .pytest_cache .ruff_cache .mypy_cache
