@@ -166,7 +166,8 @@ def targets_from_inventory(
     out: list[Target] = []
     for host in inv.get_hosts("all"):
         hv = vm.get_vars(host=host, include_hostvars=False)
-        conn = str(hv.get("ansible_connection") or connection or "ssh")
+        conn = ansible_connection(connection) if connection else None
+        conn = str(conn or hv.get("ansible_connection") or "ssh")
         if conn in ("paramiko", "ansible.builtin.paramiko_ssh"):
             conn = "paramiko_ssh"
         name = str(host.name)

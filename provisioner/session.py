@@ -147,8 +147,26 @@ def echo_err(line: str) -> None:
     click.echo(line, err=True)
 
 
+def connection_overrides(s: Settings) -> dict[str, Any]:
+    """With -i, explicit --user/--port/--key/--connection override the inventory (as extra vars,
+    the only thing that beats inventory variables); with --host they are in the inventory."""
+    if s.hosts:
+        return {}
+    out: dict[str, Any] = {}
+    if s.user:
+        out["ansible_user"] = s.user
+    if s.port:
+        out["ansible_port"] = s.port
+    if s.key:
+        out["ansible_ssh_private_key_file"] = str(s.key.expanduser())
+    if s.connection:
+        out["ansible_connection"] = inv.ansible_connection(s.connection)
+    return out
+
+
 def build_extravars(s: Settings, stack: Stack) -> dict[str, Any]:
     extravars = stack.to_extravars(allow_reboot=not s.no_reboot)
+    extravars.update(connection_overrides(s))
     if s.command == "check":
         extravars["validation_enabled"] = bool(s.validate)
     elif s.command == "validate":
@@ -267,8 +285,6 @@ def _ansible(
             forks=s.forks or min(len(out.good), DEFAULT_MAX_FORKS),
             become=s.become is not False,
             become_password=become_password,
-            user=s.user if not tg.from_hosts else None,
-            private_key=str(s.key.expanduser()) if s.key and not tg.from_hosts else None,
             known_hosts=s.known_hosts.expanduser().resolve() if s.known_hosts else None,
         )
         progress = Progress(rstate, verbosity=s.verbosity)

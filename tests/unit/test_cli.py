@@ -270,3 +270,21 @@ def test_paramiko_cannot_use_another_known_hosts_file(state_dir: Path, tmp_path:
     )
     assert r.exit_code == 2
     assert "reads only ~/.ssh/known_hosts" in r.output
+
+
+def test_connection_options_override_an_inventory() -> None:
+    s = session.Settings(
+        command="run",
+        inventory="inv.yml",
+        user="ops",
+        port=2222,
+        key=Path("/k/id"),
+        connection="paramiko",
+    )
+    ev = session.build_extravars(s, stack.load(None))
+    assert ev["ansible_user"] == "ops"
+    assert ev["ansible_port"] == 2222
+    assert ev["ansible_ssh_private_key_file"] == "/k/id"
+    assert ev["ansible_connection"] == "paramiko_ssh"
+    with_hosts = session.Settings(command="run", hosts=("h",), user="ops")
+    assert "ansible_user" not in session.build_extravars(with_hosts, stack.load(None))

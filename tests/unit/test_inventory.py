@@ -94,7 +94,8 @@ def test_targets_from_inventory_with_limit_and_vars(tmp_path: Path) -> None:
         " -o StrictHostKeyChecking=accept-new'\n"
         "    g2: {ansible_host_key_checking: false}\n"
     )
-    by = {t.name: t for t in inv.targets_from_inventory(f, user="admin")}
+    by = {t.name: t for t in inv.targets_from_inventory(f, user="admin", connection="paramiko")}
+    assert by["g1"].connection == "paramiko_ssh"
     assert by["g1"].known_hosts == "/lab/known_hosts"
     assert by["g1"].strict_host_key_checking == "accept-new"
     assert by["g1"].user == "admin"
