@@ -149,3 +149,21 @@ def test_provision_validate_writes_numbers_into_report(fleet_factory, tmp_path: 
     val = h["validation"]
     assert val["world_size"] == 2 and val["allreduce"]["judged_busbw_gbps"] > 0
     assert val["ddp"]["summary"]["scaling_efficiency"] is not None
+
+
+def test_stalled_rank_on_second_host_is_named_from_both_hosts(fleet_factory,
+                                                              tmp_path: Path) -> None:
+    fleet = fleet_factory(2, profiles=("h100-sxm-8", "h100-sxm-8"))
+    second = fleet.hosts[1].name
+    hostname = fleet.run(second, "hostname").stdout.strip()
+    res = run_playbook(fleet, "validate.yml",
+                       _vars(fleet, validation_nproc_per_node=2, validation_fault="stall:rank=3",
+                             validation_collective_timeout_s=10, validation_timeout_s=90),
+                       tmp=tmp_path)
+    assert res.rc != 0
+    for h in fleet.hosts:
+        checks = _checks(res, h.name)
+        assert checks["validation.allreduce"]["status"] == "fail", checks
+        assert checks["validation.multinode"]["status"] == "fail", checks
+        assert f"rank 3 on host {hostname}" in checks["validation.allreduce"]["message"], (
+            h.name, checks["validation.allreduce"]["message"])
