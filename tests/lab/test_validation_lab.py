@@ -127,6 +127,15 @@ def test_check_mode_runs_only_when_enabled_and_changes_nothing(fleet_factory,
     assert checks["validation.ddp"]["status"] == "pass", checks
     assert on.facts[host]["validation_result"]["world_size"] == 2
 
+    # no torch where validation_python points: the host fails with checks that say why
+    ev_broken = dict(ev, validation_enabled=True, validation_python="/opt/none/bin/python")
+    broken = run_playbook(fleet, "validate.yml", ev_broken, tmp=tmp_path / "broken")
+    assert broken.rc != 0
+    checks = _checks(broken, host)
+    assert checks["validation.allreduce"]["status"] == "fail"
+    assert "validation could not run" in checks["validation.allreduce"]["message"]
+    assert "/opt/none/bin/python" in checks["validation.allreduce"]["remediation"]
+
 
 def test_provision_validate_writes_numbers_into_report(fleet_factory, tmp_path: Path) -> None:
     fleet = fleet_factory(1, profiles=("h100-sxm-8",))
