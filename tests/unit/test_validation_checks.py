@@ -194,6 +194,7 @@ def test_world_size_one_passes_without_bus_bandwidth(tmp_path: Path) -> None:
     assert c["validation.allreduce"]["status"] == "pass"
     assert "world size 1" in c["validation.allreduce"]["message"]
     assert c["validation.ddp"]["status"] == "pass"
+    assert c["validation.ddp"]["actual"]["scaling_efficiency"] is None
 
 
 def test_multinode_pass_and_fail(tmp_path: Path) -> None:

@@ -160,7 +160,8 @@ def summarize_ddp(dd: dict) -> dict:
     single = next((p["single_samples_per_s"] for p in per if p.get("single_samples_per_s")),
                   None)
     world_sps = sum(p["samples_per_s"] for p in per)
-    eff = world_sps / (len(per) * single) if single and per else None
+    # one rank has nothing to scale against (its "efficiency" would only be baseline noise)
+    eff = world_sps / (len(per) * single) if single and len(per) > 1 else None
     return {
         "world_size": len(per),
         "samples_per_s_per_rank": {str(p["rank"]): round(p["samples_per_s"], 2) for p in per},
