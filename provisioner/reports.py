@@ -97,7 +97,8 @@ def junit_xml(report: dict[str, Any]) -> str:
         suite = ET.SubElement(suites, "testsuite", name=host)
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         checks = list(entry.get("checks") or [])
-        preflight_failed = any(str(c["id"]).startswith("preflight.") for c in checks)
+        probe = entry.get("preflight") or {}
+        preflight_failed = probe.get("status") in ("unreachable", "failed")
         if (entry["status"] == "unreachable" and not preflight_failed) or not checks:
             checks.append(
                 {

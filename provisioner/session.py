@@ -184,13 +184,13 @@ def preflight_entry(r: ProbeResult) -> dict[str, Any]:
         "sudo": "configure passwordless sudo or use --ask-become-pass",
     }.get(r.stage, "")
     check = {
-        "id": f"preflight.{r.stage or 'probe'}",
+        "id": f"ssh.{r.stage or 'probe'}",
         "status": "fail",
         "expected": "reachable" if r.status == "unreachable" else "sudo -n works",
         "actual": r.message,
         "message": r.message,
         "remediation": remediation,
-        "role": "preflight",
+        "role": "ssh",
     }
     return host_entry(
         status=r.status, checks=[check], facts={}, validation=None, message=r.message,

@@ -178,7 +178,7 @@ def test_write_all_is_atomic_and_complete(tmp_path: Path) -> None:
 
 def test_unreachable_counts_once() -> None:
     pre = {
-        "id": "preflight.connect",
+        "id": "ssh.connect",
         "status": "fail",
         "expected": "reachable",
         "actual": "refused",
@@ -194,14 +194,25 @@ def test_unreachable_counts_once() -> None:
         "remediation": "",
     }
     hosts = {
-        "a": reports.host_entry(status="unreachable", checks=[pre], facts={}, validation=None),
+        "a": reports.host_entry(
+            status="unreachable",
+            checks=[pre],
+            facts={},
+            validation=None,
+            preflight={"status": "unreachable", "stage": "connect"},
+        ),
         "b": reports.host_entry(
-            status="unreachable", checks=[ok], facts={}, validation=None, message="lost mid-run"
+            status="unreachable",
+            checks=[ok],
+            facts={},
+            validation=None,
+            message="lost mid-run",
+            preflight={"status": "ok"},
         ),
     }
     root = ET.fromstring(reports.junit_xml({"command": "run", "hosts": hosts, "duration_s": 1}))
     a, b = root.findall("testsuite")
-    assert [c.get("name") for c in a.findall("testcase")] == ["preflight.connect"]
+    assert [c.get("name") for c in a.findall("testcase")] == ["ssh.connect"]
     assert (a.get("failures"), a.get("errors")) == ("1", "0")
     assert [c.get("name") for c in b.findall("testcase")] == ["driver.version", "provision.host"]
     assert (b.get("failures"), b.get("errors")) == ("0", "1")

@@ -83,7 +83,7 @@ def test_preflight_failures_are_left_out_and_reported(
     assert list(report["hosts"]) == list(HOSTS)  # the order given on the command line
     h = report["hosts"]["h-ok"]
     assert h["status"] == "unreachable"
-    assert h["checks"][0]["id"] == "preflight.hostkey"
+    assert h["checks"][0]["id"] == "ssh.hostkey"
     assert report["hosts"]["h-taskfail"]["status"] == "failed"
     assert report["summary"]["unreachable"] == 2
     assert report["exit_code"] == 1

@@ -37,8 +37,8 @@ def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("args", "name", "stage"),
     [
-        (["--host", "no-such-host.invalid"], "no-such-host.invalid", "preflight.resolve"),
-        (["--host", "127.0.0.1", "--port", "1"], "127.0.0.1", "preflight.connect"),
+        (["--host", "no-such-host.invalid"], "no-such-host.invalid", "ssh.resolve"),
+        (["--host", "127.0.0.1", "--port", "1"], "127.0.0.1", "ssh.connect"),
     ],
 )
 def test_unreachable_host_exits_3_naming_it(
