@@ -157,3 +157,14 @@ def test_straggler_and_slow_bandwidth_faults(torch_python: str, tmp_path: Path) 
     assert "rank 0" not in c["validation.ddp"]["message"]
     assert c["validation.allreduce"]["status"] == "fail"
     assert "below the threshold 0.05 GB/s" in c["validation.allreduce"]["message"]
+
+
+def test_wrong_all_reduce_sums_fail_the_correctness_check(torch_python: str,
+                                                         tmp_path: Path) -> None:
+    node, _, rc = run_program(torch_python, tmp_path, 2, *SMALL, fault="corrupt_allreduce:rank=1")
+    assert rc == 0, node["_stderr"]
+    ar = checks(node)["validation.allreduce"]
+    assert ar["status"] == "fail"
+    assert "elements differ from the expected sum" in ar["message"]
+    # one corrupted element per message size
+    assert node["allreduce"]["wrong"] == len(node["allreduce"]["sizes"])
