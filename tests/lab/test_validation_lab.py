@@ -49,6 +49,7 @@ def test_one_host_four_ranks_passes(fleet_factory, tmp_path: Path, record_proper
     # row applies, and says so
     assert len(node["gpu_names"]) == 8 and "H100" in node["gpu_names"][0], node["gpu_names"]
     assert node["topology"]["interconnect"] == "nvswitch"
+    assert node["topology"]["facts"]["nvswitch_count"] > 0
     assert node["thresholds"]["row"] == "cpu-gloo"
     assert "GPU thresholds not applicable" in node["thresholds"]["note"]
     # measured numbers are in the result

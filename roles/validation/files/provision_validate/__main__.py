@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "neither torch nor nvidia-smi can name them (the role passes its GPU facts)")
     r.add_argument("--topology", default="auto",
                    choices=("auto", "nvswitch", "nvlink", "pcie", "none"))
+    r.add_argument("--topology-facts", default="", help="JSON topology summary from the GPU "
+                   "facts (nvidia-smi topo -m), recorded in the result")
     r.add_argument("--init-timeout", type=float, default=60.0,
                    help="seconds for the process-group rendezvous")
     r.add_argument("--collective-timeout", type=float, default=60.0,

@@ -218,6 +218,17 @@ def environment(use_cuda: bool, backend: str, args) -> dict:
     topo = args.topology if args.topology != "auto" else _topology_from_smi()
     info["topology"] = {"interconnect": topo, "gpus": len(info["gpu_names"]),
                         "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", 1))}
+    if args.topology_facts:
+        info["topology"]["facts"] = json.loads(args.topology_facts)
+    if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        # consumer GPUs on stock drivers have no P2P: NCCL then goes through host memory
+        try:
+            n = torch.cuda.device_count()
+            ok = sum(torch.cuda.can_device_access_peer(i, j)
+                     for i in range(n) for j in range(n) if i != j)
+            info["topology"]["p2p_pairs"] = {"accessible": int(ok), "of": n * (n - 1)}
+        except Exception:  # noqa: BLE001 - informational
+            pass
     return info
 
 
