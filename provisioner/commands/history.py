@@ -46,7 +46,7 @@ def list_runs(last: int, as_json: bool) -> None:
         click.echo(f"{r['run_id']}  {r['command']:<8}  exit {r['exit_code']}  {counts}")
 
 
-@history.command("diff")
+@history.command("diff", context_settings={"ignore_unknown_options": True})
 @click.argument("run_a")
 @click.argument("run_b", required=False, default="latest")
 @click.option("--json", "as_json", is_flag=True)

@@ -250,6 +250,8 @@ def test_history_commands(state_dir: Path) -> None:
     assert "new drift: driver.hold: pass -> drift" in r.stdout
     r = invoke("history", "diff", "previous", "latest", "--json")
     assert json.loads(r.stdout)["hosts"][0]["status"] == {"before": "ok", "after": "drift"}
+    r = invoke("history", "diff", "-2", "-1")  # counting back from the newest
+    assert "g1: ok -> drift" in r.stdout
     r = CliRunner().invoke(cli, ["history", "diff", "nope"])
     assert r.exit_code == 2
 
