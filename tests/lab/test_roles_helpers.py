@@ -8,40 +8,61 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks"
 BIN = Path(sys.executable).parent
 
 
 def stack_vars(stack_path: Path, **overrides: Any) -> dict[str, Any]:
-    """Map the lab's stack YAML onto the role variables (docs/architecture.md)."""
-    st = yaml.safe_load(stack_path.read_text(encoding="utf-8"))
-    cuda = str(st["cuda"]["version"])
-    out: dict[str, Any] = {
-        "nvidia_repo_base_url": st["mirrors"]["nvidia_repo"],
-        "nvidia_driver_branch": str(st["driver"]["branch"]),
-        "nvidia_driver_version": st["driver"].get("version") or "",
-        "nvidia_driver_flavor": st["driver"].get("flavor", "proprietary"),
-        "nvidia_driver_fabricmanager": st["driver"].get("fabricmanager", "auto"),
-        "nvidia_driver_manage_kernel_modules": False,
-        "cuda_toolkit_version": cuda,
-        "cuda_env_cuda_version": cuda,
-        "cudnn_cuda_version": cuda,
-        "nccl_cuda_version": cuda,
-        "cudnn_version": str(st["cudnn"]["version"]),
-        "nccl_version": str(st["nccl"]["version"]),
-        "pytorch_version": str(st["pytorch"]["version"]),
-        "pytorch_build": st["pytorch"]["build"],
-        "pytorch_venv": st["pytorch"]["venv"],
-        "pytorch_index_url": st["mirrors"].get("pytorch_index") or "",
-        "pytorch_find_links": st["mirrors"].get("pytorch_find_links") or "",
-        "preflight_min_free_gib": 1,
-        "validation_enabled": False,
+    """The CLI's own mapping of the lab's stack onto the role variables, plus the lab's settings."""
+    from provisioner import stack  # noqa: PLC0415 - keep collection light
+
+    # the validation role's own defaults stay in charge here (its lab tests set what they need)
+    out = {
+        k: v
+        for k, v in stack.load(stack_path).to_extravars().items()
+        if not k.startswith("validation_")
     }
+    out.update(
+        {
+            "nvidia_driver_manage_kernel_modules": False,  # the lab cannot load kernel modules
+            "preflight_min_free_gib": 1,
+            "validation_enabled": False,
+        }
+    )
     out.update(overrides)
     return out
+
+
+# What a read-only run must never change: packages, holds, files under /etc, /usr/local and /opt
+# (path, type, size, mode, mtime, link target; content hashes under /etc, /usr/local); units.
+FINGERPRINT = r"""
+set -e
+echo '## dpkg'; dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' | sort
+echo '## holds'; apt-mark showhold | sort
+echo '## files'
+find /etc /usr/local /opt -xdev -printf '%p %y %s %m %T@ %l\n' | sort
+echo '## content'
+find /etc /usr/local -xdev -type f -print0 | sort -z | xargs -0 sha256sum
+echo '## units'
+systemctl list-unit-files --state=enabled --no-legend --no-pager | sort
+"""
+
+
+def fingerprint(fleet: Any, host: str) -> str:
+    res = fleet.run(host, FINGERPRINT, timeout=300)
+    assert res.rc == 0, res.stdout[-2000:]
+    return str(res.stdout)
+
+
+def fingerprint_diff(before: str, after: str) -> list[str]:
+    import difflib  # noqa: PLC0415
+
+    return [
+        line
+        for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    ]
 
 
 @dataclass
@@ -62,8 +83,15 @@ class PlayResult:
         return out
 
 
-def run_playbook(fleet: Any, playbook: str, extravars: dict[str, Any], *, check: bool = False,
-                 tmp: Path, limit: str | None = None) -> PlayResult:
+def run_playbook(
+    fleet: Any,
+    playbook: str,
+    extravars: dict[str, Any],
+    *,
+    check: bool = False,
+    tmp: Path,
+    limit: str | None = None,
+) -> PlayResult:
     """Run playbooks/<playbook> via ansible-runner; collect stats and *_checks facts."""
     import ansible_runner  # noqa: PLC0415 - heavy import, only for lab tests
 
