@@ -35,7 +35,7 @@ PROFILES = {
     # CPU: small, finishes in seconds on 2 cores with 4 ranks.
     "cpu": {"min_bytes": 64 << 10, "max_bytes": 16 << 20, "step_factor": 4, "warmup": 2,
             "iters": 5, "steps": 30, "batch": 64, "width": 16, "image": 16, "hidden": 256,
-            "local_steps": 8},
+            "local_steps": 16},
     # GPU: sweep to 4 GiB (peak busbw needs >= 1 GiB, nccl-tests #212), a 1-GPU step of tens of ms.
     "gpu": {"min_bytes": 1 << 20, "max_bytes": 4 << 30, "step_factor": 2, "warmup": 5,
             "iters": 20, "steps": 60, "batch": 256, "width": 256, "image": 64, "hidden": 4096,
