@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "roles" / "validation" / "files"
@@ -52,6 +53,14 @@ def torch_python() -> str:
     return str(py)
 
 
+def _thresholds_json(tmp: Path) -> Path:
+    """The threshold data as the role ships it to the target: JSON (the target needs no PyYAML)."""
+    out = tmp / "thresholds.json"
+    data = yaml.safe_load((FILES / "thresholds.yml").read_text(encoding="utf-8"))
+    out.write_text(json.dumps(data), encoding="utf-8")
+    return out
+
+
 def run_program(torch_python: str, tmp: Path, nproc: int, *args: str, fault: str = "",
                 outer: int = 90) -> tuple[dict[str, Any], float, int]:
     results = tmp / "results"
@@ -63,7 +72,7 @@ def run_program(torch_python: str, tmp: Path, nproc: int, *args: str, fault: str
     cmd = ["timeout", "-k", "5", str(outer), torch_python, "-m", "torch.distributed.run",
            "--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0",
            "-m", "provision_validate", "run", "--results-dir", str(results),
-           "--thresholds", str(FILES / "thresholds.yml"), *args]
+           "--thresholds", str(_thresholds_json(tmp)), *args]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False,
                           timeout=outer + 30)
