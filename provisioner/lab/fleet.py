@@ -279,6 +279,10 @@ class Fleet:
         self._save()
         self._write_inventory()
 
+    def set_secure_boot(self, host: str | Host, enabled: bool | None) -> None:
+        """Simulate Secure Boot on, off, or not reported (None) through `mokutil --sb-state`."""
+        self.runtime(host).write_secure_boot(enabled)
+
     def state(self) -> dict[str, str]:
         """host -> 'running'/'degraded'/... or 'down'."""
         out: dict[str, str] = {}

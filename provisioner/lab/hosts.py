@@ -16,6 +16,9 @@ from provisioner.lab import cgroups, payload
 from provisioner.lab.profiles import HOST_DESCRIPTION, host_description
 from provisioner.lab.util import LabError, clean_env, remove_tree, run, unmount_all
 
+# where the simulated Secure Boot state answers (sudo's secure_path and root's PATH search it first)
+MOKUTIL = "/usr/local/sbin/mokutil"
+
 SUPERVISOR = r"""
 set -u
 merged=$1; machine=$2; hostdir=$3; shift 3
@@ -179,6 +182,25 @@ class HostRuntime:
         )
         tmp.rename(path)
         self.host.profile = profile
+
+    def write_secure_boot(self, enabled: bool | None) -> None:
+        """Simulate the Secure Boot state as `mokutil --sb-state` reports it (None: no mokutil, as
+        on a host without the package and without EFI variables: state "unsupported")."""
+        path = self.host.merged / MOKUTIL.lstrip("/")
+        if enabled is None:
+            path.unlink(missing_ok=True)
+            return
+        state = "enabled" if enabled else "disabled"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(
+            "#!/bin/sh\n# provision lab: simulated mokutil (Secure Boot state only)\n"
+            f'if [ "$1" = "--sb-state" ]; then echo "SecureBoot {state}"; exit 0; fi\n'
+            'echo "mokutil (provision lab): only --sb-state is simulated" >&2; exit 1\n',
+            encoding="utf-8",
+        )
+        tmp.chmod(0o755)
+        tmp.rename(path)
 
     # ----------------------------------------------------------------- boot
     def start(self) -> None:

@@ -8,34 +8,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-
-PROVISION = Path(sys.executable).parent / "provision"
-
-
-def _run(
-    tmp: Path, *args: str, report: str = "report"
-) -> tuple[subprocess.CompletedProcess[str], Any]:
-    out = tmp / report
-    env = dict(os.environ, PROVISION_STATE_DIR=str(tmp / "state"))
-    proc = subprocess.run(
-        [str(PROVISION), *args, "--report-dir", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-        env=env,
-    )
-    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    return proc, data
+from test_roles_helpers import PROVISION, provision_cli
 
 
 def _host_args(fleet: Any) -> list[str]:
@@ -57,7 +37,7 @@ def _host_args(fleet: Any) -> list[str]:
 
 def test_full_run_by_host_then_idempotent_second_run(fleet_factory: Any, tmp_path: Path) -> None:
     fleet = fleet_factory(1, profiles=("h100-sxm-8",))
-    proc, data = _run(tmp_path, *_host_args(fleet), report="first")
+    proc, data = provision_cli(tmp_path, *_host_args(fleet), report="first")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (host,) = data["hosts"]
     assert fleet.hosts[0].address in host
@@ -93,7 +73,7 @@ def test_full_run_by_host_then_idempotent_second_run(fleet_factory: Any, tmp_pat
     } <= names
 
     # second run: nothing to do
-    proc, data = _run(tmp_path, *_host_args(fleet), report="second")
+    proc, data = provision_cli(tmp_path, *_host_args(fleet), report="second")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     second = data["hosts"][host]
     assert second["status"] == "ok", second
@@ -123,13 +103,13 @@ def test_sixteen_host_nightly_check_with_history(fleet_factory: Any, tmp_path: P
     ]
 
     # provision one host; the others stay as they came (fresh) or have no GPU at all
-    proc, _ = _run(
+    proc, _ = provision_cli(
         tmp_path, *common, "--limit", good, "-e", "validation_enabled=false", report="provision"
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
     # night 1
-    proc, data = _run(tmp_path, "check", *common, report="night1")
+    proc, data = provision_cli(tmp_path, "check", *common, report="night1")
     assert proc.returncode == 1, proc.stdout[-3000:]  # a failed host (no GPU) outranks drift
     hosts = data["hosts"]
     assert sorted(hosts) == sorted(names)
@@ -148,7 +128,7 @@ def test_sixteen_host_nightly_check_with_history(fleet_factory: Any, tmp_path: P
     assert fleet.run(good, "apt-mark unhold libnccl2").rc == 0
 
     # night 2: the change since night 1 is reported, per host
-    proc, data = _run(tmp_path, "check", *common, report="night2")
+    proc, data = provision_cli(tmp_path, "check", *common, report="night2")
     assert proc.returncode == 1
     assert data["hosts"][good]["status"] == "drift"
     changes = {c["host"]: c for c in data["changes"]["hosts"]}

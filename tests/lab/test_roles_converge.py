@@ -2,7 +2,9 @@
 
 fresh check is read-only -> converge -> second run zero changed -> check clean and read-only ->
 six drifts detected by a read-only check -> site.yml repairs them (hand-removed hold restored) ->
-branch 535 -> 550 upgrade with holds moved and exactly one reboot.
+branch 535 -> 550 upgrade with holds moved and exactly one reboot -> back to 535 with `provision
+--no-reboot` (no reboot, rest of the stack converged, stopped before validation, exit 1) -> the next
+run reboots once.
 
 The driver is pinned to 535.129.03 so that the repository's newer 535.154.05 can play the
 "userspace upgraded under the loaded module" drift.
@@ -15,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_roles_helpers import PlayResult, fingerprint, fingerprint_diff, run_playbook, stack_vars
+from test_roles_helpers import (
+    PlayResult,
+    fingerprint,
+    fingerprint_diff,
+    fleet_args,
+    provision_cli,
+    run_playbook,
+    stack_vars,
+)
 
 OLD, NEW = "535.129.03", "535.154.05"
 STATE: dict[str, Any] = {}
@@ -281,3 +291,44 @@ def test_branch_upgrade_535_to_550_moves_holds_and_reboots_once(node: Any, work:
         ln for ln in again.output.splitlines() if ln.startswith("changed:")
     ]
     assert REBOOT_HANDLER not in again.output
+
+
+def test_no_reboot_defers_the_reboot_and_stops_before_validation(node: Any, work: Path) -> None:
+    """Back from 550 to the 535 pin with --no-reboot: packages change, the host keeps running the
+    550 module, the rest of the stack still converges, validation does not run; exit 1 with
+    driver.reboot "reboot required". The next run without --no-reboot reboots exactly once."""
+    host = _host(node)
+    boot = node.boot_id(host)
+    proc, data = provision_cli(
+        work / "no-reboot", *fleet_args(node), "--no-reboot", "-e", f"nvidia_driver_version={OLD}"
+    )
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert node.boot_id(host) == boot, "--no-reboot rebooted the host"
+    h = data["hosts"][host]
+    assert h["status"] == "failed"
+    checks = {c["id"]: c for c in h["checks"]}
+    assert checks["driver.reboot"]["status"] == "fail", checks["driver.reboot"]
+    assert checks["driver.reboot"]["message"] == "reboot required"
+    assert checks["driver.module_loaded"]["status"] == "fail", checks["driver.module_loaded"]
+    assert checks["driver.branch"]["status"] == "pass", checks["driver.branch"]
+    # the roles after the driver still ran and passed
+    for cid in ("cuda.toolkit", "cudnn.version", "nccl.version", "env.path", "pytorch.version"):
+        assert checks[cid]["status"] == "pass", checks[cid]
+    # validation stopped before any GPU work, saying why
+    for cid in ("validation.allreduce", "validation.ddp"):
+        assert checks[cid]["status"] == "fail", checks[cid]
+        assert "reboot required" in checks[cid]["message"], checks[cid]
+    assert not h.get("validation"), h.get("validation")
+    smi = node.run(host, "nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0")
+    assert smi.rc == 18 and "version mismatch" in smi.stdout, smi
+    assert node.run(host, "dpkg-query -W -f='${Version}' nvidia-driver-535").stdout.startswith(OLD)
+
+    done = run_playbook(node, "site.yml", _ev(node), tmp=work / "after-no-reboot")
+    assert done.rc == 0, done.output[-6000:]
+    assert done.output.count(REBOOT_HANDLER) == 1, done.output[-6000:]
+    assert node.boot_id(host) != boot
+    after = done.checks(host)
+    for cid in ("driver.version", "driver.module_loaded", "driver.reboot", "driver.fabricmanager"):
+        assert after[cid]["status"] == "pass", after[cid]
+    smi = node.run(host, "nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0")
+    assert smi.stdout.strip() == OLD, smi

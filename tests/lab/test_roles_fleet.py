@@ -1,55 +1,41 @@
 """Lab, through the CLI: a 4x RTX 4090 host (PCIe, no NVSwitch) converges without a fabric manager;
-a host without a GPU stops in preflight with a clear message, exit 1, and nothing installed."""
+a host without a GPU, and a host with Secure Boot on (unsigned module path), each stop in preflight
+with a clear message, exit 1, and nothing changed."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from test_roles_helpers import fingerprint, fingerprint_diff
-
-PROVISION = Path(sys.executable).parent / "provision"
+from test_roles_helpers import fingerprint, fingerprint_diff, fleet_args, provision_cli
 
 
-def _provision(fleet: Any, tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
-    report = tmp / "report"
-    env = dict(os.environ, PROVISION_STATE_DIR=str(tmp / "state"))
-    proc = subprocess.run(
-        [
-            str(PROVISION),
-            *args,
-            "-i",
-            str(fleet.inventory_path),
-            "--stack",
-            str(fleet.stack_path),
-            "--known-hosts",
-            str(fleet.known_hosts),
-            "--report-dir",
-            str(report),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-        env=env,
-    )
-    data = json.loads((report / "report.json").read_text(encoding="utf-8"))
-    return proc, data
-
-
-def test_rtx4090_gets_no_fabric_manager_and_nogpu_stops_in_preflight(
+def test_rtx4090_gets_no_fabric_manager_nogpu_and_secure_boot_stop_in_preflight(
     fleet_factory: Any, tmp_path: Path
 ) -> None:
-    fleet = fleet_factory(2, profiles=("rtx4090-4", "nogpu"))
-    rtx, nogpu = (h.name for h in fleet.hosts)
+    fleet = fleet_factory(3, profiles=("rtx4090-4", "nogpu", "t4-1"))
+    rtx, nogpu, sb = (h.name for h in fleet.hosts)
+    fleet.set_secure_boot(sb, True)
     before = fingerprint(fleet, nogpu)
+    before_sb = fingerprint(fleet, sb)
 
-    proc, data = _provision(fleet, tmp_path)
+    proc, data = provision_cli(tmp_path, *fleet_args(fleet))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    # Secure Boot on, no signed path declared: stopped before any change, with the options named
+    h = data["hosts"][sb]
+    assert h["status"] == "failed"
+    checks = {c["id"]: c for c in h["checks"]}
+    sbc = checks["preflight.secure_boot"]
+    assert sbc["status"] == "fail" and sbc["actual"] == "Secure Boot enabled", sbc
+    assert "nothing was changed" in sbc["message"], sbc["message"]
+    assert "linux-modules-nvidia-<branch>-server" in sbc["message"] and "MOK" in sbc["message"]
+    assert "nvidia_driver_secure_boot_signed=true" in sbc["message"]
+    assert not [c for c in checks if not c.startswith("preflight.")], sorted(checks)
+    assert str(h["facts"].get("secure_boot")) == "enabled", h["facts"]
+    diff = fingerprint_diff(before_sb, fingerprint(fleet, sb))
+    assert diff == [], diff[:40]
+    assert sb in proc.stdout + proc.stderr
 
     # the GPU-less host: one clear preflight failure, nothing else ran, nothing changed
     h = data["hosts"][nogpu]

@@ -1,8 +1,11 @@
-"""Helpers for the roles' lab tests: run a playbook against a lab fleet with ansible-playbook."""
+"""Helpers for the lab tests: run a playbook against a lab fleet through ansible-runner, or run the
+`provision` CLI and read its report."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,3 +135,38 @@ def run_playbook(
             for host, n in per_host.items():
                 stats.setdefault(host, {})[key] = n
     return PlayResult(r.rc, stats, facts, "\n".join(lines))
+
+
+PROVISION = BIN / "provision"
+
+
+def provision_cli(
+    tmp: Path, *args: str, report: str = "report", timeout: float = 1800
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run `provision ARGS --report-dir tmp/<report>` (state under tmp/state); return the process
+    and the parsed report.json."""
+    out = tmp / report
+    env = dict(os.environ, PROVISION_STATE_DIR=str(tmp / "state"))
+    proc = subprocess.run(
+        [str(PROVISION), *args, "--report-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
+    path = out / "report.json"
+    assert path.exists(), f"no report.json (exit {proc.returncode}): {proc.stderr[-3000:]}"
+    return proc, json.loads(path.read_text(encoding="utf-8"))
+
+
+def fleet_args(fleet: Any) -> list[str]:
+    """The options that point `provision` at a lab fleet by its inventory."""
+    return [
+        "-i",
+        str(fleet.inventory_path),
+        "--stack",
+        str(fleet.stack_path),
+        "--known-hosts",
+        str(fleet.known_hosts),
+    ]
