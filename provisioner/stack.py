@@ -112,6 +112,15 @@ class Stack:
     def carries(self) -> list[str]:
         return [str(x) for x in self.data["mirrors"]["nvidia_repo_carries"]]
 
+    def pytorch_python_range(self) -> list[str]:
+        """[min, max] Python (major.minor) of the torch wheels, from the matrix; [] if unknown."""
+        pt = self.data["pytorch"]
+        if pt["build"] != "cu121":
+            return []
+        rel = load_matrix().get("pytorch", {}).get("cu121", {}).get("releases", {})
+        rng = (rel.get(str(pt["version"])) or {}).get("python") or []
+        return [str(v) for v in rng][:2]
+
     def to_extravars(self, *, allow_reboot: bool = True) -> dict[str, Any]:
         """The role variables of docs/architecture.md; `None` becomes "" for string variables."""
         d = self.data
@@ -141,6 +150,7 @@ class Stack:
             "pytorch_find_links": mir["pytorch_find_links"] or "",
             "pytorch_torchvision_version": pt["torchvision"] or "",
             "pytorch_torchaudio_version": pt["torchaudio"] or "",
+            "pytorch_python_range": self.pytorch_python_range(),
             "validation_enabled": val["enabled"],
             "validation_backend": val["backend"],
             "validation_nproc_per_node": val["nproc_per_node"],

@@ -177,7 +177,8 @@ def parse_lspci(text):
 
 
 def parse_fabric(text):
-    """Return the Fabric State from ``nvidia-smi -q`` (Hopper+), or None."""
+    """Return the Fabric State from ``nvidia-smi -q`` (Hopper+), or None. GPUs outside an NVSwitch
+    fabric (PCIe, or NVLink bridges as on H100 NVL) print ``State : N/A``: that is None too."""
     in_fabric = False
     for line in text.splitlines():
         if re.match(r"^\s*Fabric\s*$", line):
@@ -186,7 +187,7 @@ def parse_fabric(text):
         if in_fabric:
             m = re.match(r"^\s*State\s*:\s*(.+?)\s*$", line)
             if m:
-                return m.group(1)
+                return _na(m.group(1))
             if re.match(r"^\s{0,4}\S", line):
                 in_fabric = False
     return None

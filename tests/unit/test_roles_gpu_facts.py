@@ -216,3 +216,14 @@ def test_fabric_state_from_query_without_lspci() -> None:
 )
 def test_parse_header(line: str, expected: tuple[str | None, str | None]) -> None:
     assert ngf.parse_header(line) == expected
+
+
+def test_fabric_state_na_is_not_an_nvswitch() -> None:
+    """H100 NVL pairs (NVLink bridge, no NVSwitch) print `State : N/A` in the Fabric section."""
+    table = h100_table()
+    del table["lspci -nn"]
+    table["nvidia-smi -q"] = (0, "GPU 00000000:18:00.0\n    Fabric\n        State    : N/A\n"
+                                 "        Status   : N/A\n    Processes : None\n", "")
+    facts = ngf.gather(fake_run(table))
+    assert facts["fabric_state"] is None
+    assert facts["nvswitch_present"] is False

@@ -117,6 +117,14 @@ def test_default_stack_resolution(resolved: dict[str, dict[str, Any]], host: str
     else:
         assert r["repo_id"] == f"cuda-{repo_dir}-{ARCH_DIR[arch]}"
         assert r["gpgkey"] == "D42D0685.pub"
+        major = distro[-1]
+        assert r["epel_url"].endswith(f"/epel-release-latest-{major}.noarch.rpm"), r["epel_url"]
+        if distro.startswith("rhel"):
+            crb = f"codeready-builder-for-rhel-{major}-{arch}-rpms"
+            assert r["crb_cmd"] == ["subscription-manager", "repos", "--enable", crb]
+        else:
+            crb = "powertools" if major == "8" else "crb"
+            assert r["crb_cmd"] == ["dnf", "config-manager", "--set-enabled", crb]
         assert r["driver_install"] == ["@nvidia-driver:535-dkms"]
         assert r["driver_stream"] == "535-dkms"
         assert r["headers"].startswith("kernel-devel-")

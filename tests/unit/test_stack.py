@@ -208,6 +208,7 @@ ROLE_VARS = {
     "pytorch_find_links",
     "pytorch_torchvision_version",
     "pytorch_torchaudio_version",
+    "pytorch_python_range",
     "validation_enabled",
     "validation_backend",
     "validation_nproc_per_node",
@@ -229,6 +230,12 @@ def test_to_extravars_produces_exactly_the_role_variables() -> None:
     assert ev["nvidia_driver_allow_reboot"] is True
     assert stack.load(None).to_extravars(allow_reboot=False)["nvidia_driver_allow_reboot"] is False
     assert stack.resolve({"cudnn": {"version": "9.1.0.70"}}).to_extravars()["cudnn_major"] == 9
+    # the Python range of the stack's torch wheels (matrix), for preflight; none for CPU builds
+    assert ev["pytorch_python_range"] == ["3.9", "3.12"]
+    old = stack.resolve({"pytorch": {"version": "2.1.2", "torchvision": "0.16.2"}})
+    assert old.to_extravars()["pytorch_python_range"] == ["3.8", "3.11"]
+    cpu = stack.resolve({"pytorch": {"build": "cpu", "version": "2.13.0"}})
+    assert cpu.to_extravars()["pytorch_python_range"] == []
 
 
 def test_every_matrix_row_has_source_and_confidence() -> None:

@@ -108,7 +108,10 @@ def test_four_ranks_gloo_pass(torch_python: str, tmp_path: Path) -> None:
     # busbw = algbw x 2(n-1)/n for every row
     for row in ar["rows"]:
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 1.5)
-        assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] / row["time_us"] / 1e3)
+        # time_us is rounded to 0.01 us in the row, algbw is computed from the unrounded time
+        assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] / row["time_us"] / 1e3,
+                                                  rel=1e-4)
+        assert row["iters"] >= 3
     s = node["ddp"]["summary"]
     assert s["params_identical"] and s["loss_last"] < s["loss_first"]
     assert len(s["samples_per_s_per_rank"]) == 4 and s["scaling_efficiency"] > 0

@@ -30,6 +30,10 @@ from .faults import Faults
 from .watchdog import Watchdog
 
 STORE_PREFIX = "provision_validate"
+# per message size: seconds for the warm-ups after the first, and for the timed iterations
+WARMUP_BUDGET_S = 2.0
+TIMED_BUDGET_S = 4.0
+MIN_TIMED_ITERS = 3
 
 PROFILES = {
     # CPU: small, finishes in seconds on 2 cores with 4 ranks.
@@ -284,6 +288,7 @@ class Validation:
     def __init__(self, r: Rank, args) -> None:
         self.r = r
         self.a = args
+        self.last_iters = 0
         self.wd = Watchdog(r.on_timeout, r.on_signal).start()
 
     # -- guarded collectives ------------------------------------------------------------------
@@ -363,19 +368,38 @@ class Validation:
         return {"expected": expected, "wrong": wrong}
 
     def _timed(self, size: int) -> float:
-        """Seconds per all-reduce of ``size`` bytes: max over ranks of the mean of timed iters."""
+        """Seconds per all-reduce of ``size`` bytes: max over ranks of the mean of timed iters.
+
+        Each size has a time budget: the first warm-up is timed (slowest rank), and the remaining
+        warm-ups and the timed iterations are cut so that a slow link (multi-node over Ethernet,
+        where one 4 GiB all-reduce takes seconds) cannot run the sweep into the job's hard limit.
+        Every rank uses the same counts (they come from an all-reduce MAX), or collectives would
+        mismatch."""
         a = self.a
         numel = max(1, size // 4)
         buf = torch.zeros(numel, dtype=torch.float32, device=self.device)
         what = "all_reduce (%d B)" % size
         sync_limit = 2 * a.collective_timeout
-        for _ in range(a.warmup):
+        t0 = time.perf_counter()
+        self.guarded(what, lambda: dist.all_reduce(buf))
+        self.guarded(what + " completion", lambda: _sync(self.use_cuda), sync_limit)
+        first = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=self.device)
+
+        def slowest_first() -> float:
+            dist.all_reduce(first, op=dist.ReduceOp.MAX)
+            return float(first.item())
+
+        one = max(self.guarded("all_reduce MAX of the first warm-up", slowest_first), 1e-6)
+        warmup = max(0, min(a.warmup - 1, int(WARMUP_BUDGET_S / one)))
+        iters = max(MIN_TIMED_ITERS, min(a.iters, int(TIMED_BUDGET_S / one)))
+        self.last_iters = iters
+        for _ in range(warmup):
             self.guarded(what, lambda: dist.all_reduce(buf))
         self.guarded(what + " completion", lambda: _sync(self.use_cuda), sync_limit)
         self.guarded("barrier before timing", dist.barrier)
         slow = self.r.faults.get("slow_bw")
         start = time.perf_counter()
-        for _ in range(a.iters):
+        for _ in range(iters):
             self.guarded(what, lambda: dist.all_reduce(buf))
         self.guarded(what + " completion", lambda: _sync(self.use_cuda), sync_limit)
         elapsed = time.perf_counter() - start
@@ -383,7 +407,7 @@ class Validation:
             extra = elapsed * (float(slow.get("factor", 20)) - 1)
             time.sleep(extra)
             elapsed += extra
-        per = torch.tensor([elapsed / a.iters], dtype=torch.float64, device=self.device)
+        per = torch.tensor([elapsed / iters], dtype=torch.float64, device=self.device)
 
         def slowest() -> float:
             dist.all_reduce(per, op=dist.ReduceOp.MAX)
@@ -404,6 +428,7 @@ class Validation:
             wrong_total += chk["wrong"]
             t = self._timed(size)
             row = bw.row(size, t * 1e6, r.world)
+            row["iters"] = self.last_iters
             row["wrong"] = chk["wrong"]
             rows.append(row)
         judged = bw.judged_busbw(rows, judge_min) if r.world > 1 else None
