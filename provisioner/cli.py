@@ -106,8 +106,15 @@ def cli(ctx: click.Context, /, **params: Any) -> None:  # noqa: ANN401
         run_full(ctx, params)
 
 
+def _terminate(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (systemd stop, a scheduler's kill) ends like Ctrl-C: exit 130
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: maps exceptions to the documented exit codes."""
+    import signal  # noqa: PLC0415
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         rv = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.ClickException as exc:
@@ -118,6 +125,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(int(ExitCode.INTERRUPTED))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except ImportError as exc:  # a dependency missing or broken at run time: a broken install
+        click.echo(
+            f"setup error: cannot import {exc.name or 'a dependency'} ({exc}); the installation is "
+            "broken: reinstall provision into its environment (pip install --force-reinstall "
+            "provision, or make venv in a checkout)",
+            err=True,
+        )
+        sys.exit(int(ExitCode.SETUP))
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

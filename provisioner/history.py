@@ -1,4 +1,4 @@
-"""What changed between two reports, per host: new drift, resolved drift, version changes."""
+"""What changed between two reports, per host: new problems, resolved ones, version changes."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def format_diff(diffs: list[HostDiff], *, only_changed: bool = True) -> list[str
         before, after = d.status
         head = f"{d.host}: {before} -> {after}" if before != after else f"{d.host}: {after}"
         lines.append(head)
-        lines.extend(f"  new drift: {x}" for x in d.new_problems)
+        lines.extend(f"  new problem: {x}" for x in d.new_problems)
         lines.extend(f"  resolved: {x}" for x in d.resolved)
         lines.extend(f"  version: {x}" for x in d.versions)
         lines.extend(f"  {x}" for x in d.other)

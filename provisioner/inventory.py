@@ -68,6 +68,26 @@ def targets_from_hosts(
     return list(seen.values())
 
 
+def limit_targets(targets: list[Target], limit: str) -> list[Target]:
+    """Apply an Ansible --limit pattern to --host targets (Ansible's own pattern matching, on the
+    inventory that would be written for them), so the preflight and the run see the same hosts."""
+    import tempfile  # noqa: PLC0415
+
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="provision-limit-") as tmp:
+        path = write_inventory(targets, Path(tmp))
+        manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
+        manager.subset(limit)
+        names = {str(h.name) for h in manager.get_hosts("all")}
+    out = [t for t in targets if t.name in names]
+    if not out:
+        given = ", ".join(t.name for t in targets)
+        raise UsageProblem(f"--limit {limit!r} matches none of the --host hosts ({given})")
+    return out
+
+
 def ansible_connection(connection: str) -> str:
     return {"ssh": "ssh", "paramiko": "paramiko_ssh"}.get(connection, connection)
 

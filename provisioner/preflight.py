@@ -322,8 +322,14 @@ def _ssh_connect(
         return False
     except (paramiko.SSHException, OSError, EOFError) as exc:
         transport = client.get_transport()
+        # no SSH banner (a hung sshd, or not SSH at all): a connect problem, never auth
+        handshake = transport is not None and bool(getattr(transport, "remote_version", None))
         if policy.key is not None and not policy.accepted:
             _host_key_failure(result, target, known, policy.key, changed=False)
+        elif not handshake:
+            _fail(result, "unreachable", "connect",
+                  f"SSH to {where} failed: no SSH banner from the server ({exc}); is sshd hung, or "
+                  "is this port not SSH?")
         elif transport is not None and transport.is_active() and not transport.is_authenticated():
             # paramiko re-raises the last key-loading error after every key was refused
             _fail(result, "unreachable", "auth", f"authentication failed for {user}@{where}: {exc}")

@@ -64,15 +64,20 @@ class Progress:
 
     def on_event(self, event: dict[str, Any]) -> None:
         result = self.state.feed(event)
+        line: str | None = None
+        if self.verbosity > 1:
+            line = str(event.get("stdout") or "") or None  # Ansible's own output, every event
+        elif result is not None and (result.outcome != "skipped" or self.verbosity > 0):
+            line = plain_line(result)
         if self._live is not None:
-            if result is not None and result.outcome in ("failed", "unreachable"):
+            if line is not None and self.verbosity > 0:
+                self._live.console.print(line, markup=False, highlight=False)
+            elif result is not None and result.outcome in ("failed", "unreachable"):
                 self._live.console.print(f"[red]{plain_line(result)}[/red]", markup=True)
             self._live.update(self._table())
             return
-        if result is not None and (result.outcome != "skipped" or self.verbosity > 0):
-            print(plain_line(result), file=self.stream, flush=True)
-        elif self.verbosity > 1 and event.get("stdout"):
-            print(str(event["stdout"]), file=self.stream, flush=True)
+        if line is not None:
+            print(line, file=self.stream, flush=True)
 
     def _table(self) -> Any:  # noqa: ANN401 - a rich renderable
         from rich.table import Table  # noqa: PLC0415

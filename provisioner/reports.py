@@ -117,6 +117,8 @@ def junit_xml(report: dict[str, Any]) -> str:
             case = ET.SubElement(suite, "testcase", name=str(check["id"]), classname=classname)
             counts["tests"] += 1
             status = check["status"]
+            if entry["status"] == "unreachable" and str(check["id"]).startswith("ssh."):
+                status = "error"  # unreachable in the SSH preflight: an <error> (docs/cli.md)
             msg = str(check.get("message") or f"{check['id']}: {status}")
             if status in ("fail", "drift"):
                 el = ET.SubElement(case, "failure", message=msg, type=status)

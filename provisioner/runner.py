@@ -134,6 +134,23 @@ def build_cmdline(req: RunRequest) -> list[str]:
     return args
 
 
+def _signal_handlers() -> dict[int, Any]:
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {int(sig): signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signal_handlers(saved: dict[int, Any]) -> None:
+    import signal  # noqa: PLC0415
+
+    for sig, handler in saved.items():
+        if handler is not None:
+            signal.signal(sig, handler)
+
+
 def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
     """Run one playbook through ansible-runner; blocks; events go to `on_event` as they come."""
     import shlex  # noqa: PLC0415
@@ -182,10 +199,16 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
             "quiet": True,
             "event_handler": handle,
         }
-        r = ansible_runner.interface.init_runner(**kwargs)
-        r.config.env = {**filter_env(r.config.env), **build_env(req)}
-        command = tuple(str(c) for c in (getattr(r.config, "command", None) or ()))
-        r.run()
+        # ansible-runner installs SIGINT/SIGTERM handlers that cancel the run (status "canceled",
+        # exit 130) and never restores the previous ones: restore them, or a later Ctrl-C is lost
+        saved = _signal_handlers()
+        try:
+            r = ansible_runner.interface.init_runner(**kwargs)
+            r.config.env = {**filter_env(r.config.env), **build_env(req)}
+            command = tuple(str(c) for c in (getattr(r.config, "command", None) or ()))
+            r.run()
+        finally:
+            _restore_signal_handlers(saved)
         stats = r.stats or {}
         status, rc = str(r.status), int(r.rc if r.rc is not None else 1)
     clean = {k: {str(h): int(n) for h, n in (stats.get(k) or {}).items()} for k in STAT_KEYS}

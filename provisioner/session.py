@@ -122,6 +122,8 @@ def resolve_targets(s: Settings) -> Targets:
         targets = inv.targets_from_hosts(
             s.hosts, port=s.port, user=s.user, key_file=key, connection=connection
         )
+        if s.limit:
+            targets = inv.limit_targets(targets, s.limit)
         return Targets(targets, None, from_hosts=True)
     if s.inventory:
         path = inv.check_inventory_path(s.inventory)
@@ -388,6 +390,19 @@ def _publish(s: Settings, report: dict[str, Any], state: StateDir) -> None:
         click.echo(json_summary(report))
 
 
+def _check_report_dir(s: Settings) -> None:
+    """An unwritable --report-dir is a usage error found before the run, not after it."""
+    if s.report_dir is None:
+        return
+    d = s.report_dir.expanduser()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".provision-write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageProblem(f"--report-dir {s.report_dir}: not writable ({exc})") from exc
+
+
 def execute(
     s: Settings,
     *,
@@ -413,6 +428,11 @@ def execute(
         raise SetupError(
             f"cannot create the state directory {state.root}: {exc} (set PROVISION_STATE_DIR)"
         ) from exc
+    if run_fn is None:
+        from provisioner import runner  # noqa: PLC0415
+
+        runner.find_ansible_playbook()  # SetupError (exit 4) before any host is contacted
+    _check_report_dir(s)
     run_id = new_run_id(s.command)
     out = Outcome()
     _preflight(s, tg, stack, preflight_fn, out)

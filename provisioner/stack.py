@@ -45,6 +45,9 @@ def _choice(*values: str) -> Field:
     return Field((str,), choices=values)
 
 
+# the threshold overrides the validation program accepts (roles/validation/files/provision_validate)
+THRESHOLD_KEYS = ("allreduce_busbw_gbps", "ddp_scaling_efficiency", "straggler_ratio")
+
 SCHEMA: dict[str, Any] = {
     "schema": Field((int,), choices=(1,)),
     "name": _s(r"^[A-Za-z0-9_.-]+$"),
@@ -163,9 +166,24 @@ class Stack:
 def _yaml_load(path: Path) -> Any:  # noqa: ANN401 - YAML documents are untyped
     import yaml  # noqa: PLC0415 - lazy: keep `provision --help` fast
 
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last one
+        silently, so a second `driver:` block would quietly replace the first)."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: ANN401
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
     try:
         with path.open(encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            return yaml.load(fh, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise StackError(f"{path}: not valid YAML: {exc}") from exc
 
@@ -325,6 +343,15 @@ def _rule_validation(data: dict[str, Any], row: dict[str, Any], matrix: dict[str
         errors.append("validation.nproc_per_node: must be a positive integer")
     if val["timeout_s"] < 1:
         errors.append("validation.timeout_s: must be a positive integer")
+    for key, value in (val["thresholds"] or {}).items():
+        where = f"validation.thresholds.{key}"
+        if key not in THRESHOLD_KEYS:
+            errors.append(f"{where}: unknown key (known: {', '.join(THRESHOLD_KEYS)})")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            errors.append(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+        elif value <= 0 or (key != "allreduce_busbw_gbps" and value > 1):
+            bound = "> 0" if key == "allreduce_busbw_gbps" else "in (0, 1]"
+            errors.append(f"{where}: {value!r} is out of range (must be {bound})")
 
 
 def _rule_distros(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],

@@ -22,7 +22,7 @@ from provisioner.exitcodes import EXIT_CODES_HELP
 def check(ctx: click.Context, /, validate: bool, **params: Any) -> None:  # noqa: ANN401
     """Read-only compliance check: every check passes, drifts or fails; nothing is changed.
 
-    Prints what changed since the previous check per host (new drift, resolved drift, versions).
+    Prints what changed since the previous check per host (new problems, resolved ones, versions).
     """
     from provisioner.session import Settings, execute  # noqa: PLC0415
 

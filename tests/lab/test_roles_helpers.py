@@ -103,6 +103,9 @@ def run_playbook(
     if limit:
         cmdline += f" --limit {limit}"
     (tmp / "runner").mkdir(parents=True, exist_ok=True)
+    import signal  # noqa: PLC0415
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     r = ansible_runner.run(
         private_data_dir=str(tmp / "runner"),
         playbook=str(PLAYBOOKS / playbook),
@@ -119,6 +122,9 @@ def run_playbook(
         quiet=True,
         suppress_env_files=True,
     )
+    for sig, handler in saved.items():  # ansible-runner leaves its own handlers installed
+        if handler is not None:
+            signal.signal(sig, handler)
     facts: dict[str, dict[str, Any]] = {}
     lines: list[str] = []
     for ev in r.events:

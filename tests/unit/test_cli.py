@@ -247,7 +247,7 @@ def test_history_commands(state_dir: Path) -> None:
     r = invoke("history", "diff", "20260101", "20260102")
     assert r.exit_code == 0
     assert "g1: ok -> drift" in r.stdout
-    assert "new drift: driver.hold: pass -> drift" in r.stdout
+    assert "new problem: driver.hold: pass -> drift" in r.stdout
     r = invoke("history", "diff", "previous", "latest", "--json")
     assert json.loads(r.stdout)["hosts"][0]["status"] == {"before": "ok", "after": "drift"}
     r = invoke("history", "diff", "-2", "-1")  # counting back from the newest

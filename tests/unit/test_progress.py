@@ -5,8 +5,11 @@ from __future__ import annotations
 import io
 import json
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from conftest import CONTENT, recorded
@@ -34,6 +37,26 @@ def test_plain_lines_off_a_terminal() -> None:
     for e in recorded("run")["events"]:
         pv.on_event(e)
     assert "| skipped |" in verbose.getvalue()
+
+
+def test_verbosity_on_a_terminal_and_vv_echoes_ansible() -> None:
+    """-v prints task lines above the live table; -vv prints Ansible's output for every event."""
+    live = io.StringIO()
+    with Progress(RunState(), stream=live, live=True, verbosity=1) as p:
+        for e in recorded("run")["events"]:
+            p.on_event(e)
+    assert "h-ok | ok | demo_role : Publish the demo checks" in live.getvalue()
+    assert "| skipped |" in live.getvalue()
+    raw = io.StringIO()
+    pv = Progress(RunState(), stream=raw, live=False, verbosity=2)
+    events = recorded("run")["events"]
+    for e in events:
+        pv.on_event(e)
+    text = raw.getvalue()
+    assert "TASK [demo_role : Publish the demo checks]" in text
+    assert "h-ok | ok |" not in text  # Ansible's lines instead of ours
+    some = [str(e["stdout"]).strip() for e in events if str(e.get("stdout") or "").strip()]
+    assert some and all(x in text for x in some[:20])
 
 
 def test_live_table_on_a_terminal() -> None:
@@ -136,3 +159,49 @@ def test_ctrl_c_stops_the_run_with_130(tmp_path: Path) -> None:
     report = json.loads(out)
     assert report["run_status"] == "canceled"
     assert report["exit_code"] == 130
+
+
+def test_sigterm_outside_the_ansible_phase_is_130(tmp_path: Path) -> None:
+    """SIGTERM (a scheduler or systemd stopping the job) during the preflight ends like Ctrl-C."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:  # accept and say nothing: the preflight waits for a banner
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "PROVISION_STATE_DIR": str(tmp_path / "state"),
+        "PROVISION_CONTENT_DIR": str(CONTENT),
+    }
+    try:
+        proc = subprocess.Popen(
+            [str(EXE), "check", "--host", f"127.0.0.1:{srv.getsockname()[1]}"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 20
+        while not held and time.monotonic() < deadline:  # the probe has connected
+            time.sleep(0.05)
+        assert held, "the preflight never connected"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop.set()
+        th.join(timeout=5)
+        for c in held:
+            c.close()
+        srv.close()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err

@@ -213,6 +213,9 @@ def test_unreachable_counts_once() -> None:
     root = ET.fromstring(reports.junit_xml({"command": "run", "hosts": hosts, "duration_s": 1}))
     a, b = root.findall("testsuite")
     assert [c.get("name") for c in a.findall("testcase")] == ["ssh.connect"]
-    assert (a.get("failures"), a.get("errors")) == ("1", "0")
+    # unreachable in the SSH preflight: an <error> (as docs/cli.md says), not a <failure>
+    assert (a.get("failures"), a.get("errors")) == ("0", "1")
+    err = a.find("testcase/error")
+    assert err is not None and err.get("type") == "unreachable" and err.get("message") == "refused"
     assert [c.get("name") for c in b.findall("testcase")] == ["driver.version", "provision.host"]
     assert (b.get("failures"), b.get("errors")) == ("0", "1")

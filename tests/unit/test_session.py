@@ -22,9 +22,11 @@ class Replay:
     def __init__(self, name: str) -> None:
         self.rec = recorded(name)
         self.requests: list[RunRequest] = []
+        self.inventories: list[str] = []
 
     def __call__(self, req: RunRequest, on_event: Any) -> RunResult:
         self.requests.append(req)
+        self.inventories.append(req.inventory.read_text(encoding="utf-8"))
         for e in self.rec["events"]:
             on_event(e)
         return RunResult(
@@ -90,6 +92,35 @@ def test_preflight_failures_are_left_out_and_reported(
     out = capsys.readouterr()
     assert "preflight h-ok: UNREACHABLE at hostkey: nope" in out.err
     assert "6 host(s)" in out.out
+
+
+def test_limit_applies_to_host_targets_before_preflight(tmp_path: Path, demo_content: Path) -> None:
+    """--limit with --host: the excluded hosts are neither probed nor run, even when a probe fails
+    (the limit must never be replaced by 'every host that passed')."""
+    replay = Replay("run")
+    probed: list[str] = []
+    inner = probes({"h-ok": "connect"})
+
+    def record(targets: list, opts: Any) -> list[ProbeResult]:
+        probed.extend(t.name for t in targets)
+        return inner(targets, opts)
+
+    session.execute(
+        settings("run", tmp_path, limit="h-ok,h-changed"),
+        state=StateDir(tmp_path / "st"),
+        run_fn=replay,
+        preflight_fn=record,
+    )
+    assert sorted(probed) == ["h-changed", "h-ok"]
+    (req,) = replay.requests
+    assert req.limit == "h-changed"
+    # the inventory Ansible gets holds only the limited hosts
+    assert "h-changed" in replay.inventories[0] and "h-drift" not in replay.inventories[0]
+
+
+def test_limit_matching_no_host_target_is_a_usage_error(tmp_path: Path, demo_content: Path) -> None:
+    with pytest.raises(UsageProblem, match="matches none of the --host hosts"):
+        session.resolve_targets(session.Settings(command="run", hosts=HOSTS, limit="nomatch"))
 
 
 def test_all_hosts_failing_preflight_skip_ansible(tmp_path: Path, demo_content: Path) -> None:

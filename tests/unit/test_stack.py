@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -103,6 +105,18 @@ def test_mirror_declaring_carries_silences_the_distro_warning() -> None:
         ),
         ({"pytorch": {"venv": "opt/pytorch"}}, "pytorch.venv: 'opt/pytorch' is not valid"),
         ({"schema": 2}, "schema: 2 is not one of 1"),
+        (
+            {"validation": {"thresholds": {"bogus_key": 5}}},
+            "validation.thresholds.bogus_key: unknown key",
+        ),
+        (
+            {"validation": {"thresholds": {"allreduce_busbw_gbps": "abc"}}},
+            "validation.thresholds.allreduce_busbw_gbps: expected a number, got str 'abc'",
+        ),
+        (
+            {"validation": {"thresholds": {"ddp_scaling_efficiency": 1.5}}},
+            "validation.thresholds.ddp_scaling_efficiency: 1.5 is out of range (must be in (0, 1])",
+        ),
     ],
 )
 def test_bad_combinations_name_the_rule(user: dict, rule: str) -> None:
@@ -145,7 +159,8 @@ def test_all_errors_are_reported_together() -> None:
         {"cudnn": {"version": "9.1.0.70"}},
         {"pytorch": {"version": "2.1.0", "torchvision": "0.16.0", "torchaudio": "2.1.0"}},
         {"pytorch": {"version": "2.13.0", "build": "cpu"}},
-        {"validation": {"nproc_per_node": 4, "backend": "gloo", "thresholds": {"x": 1}}},
+        {"validation": {"nproc_per_node": 4, "backend": "gloo",
+                        "thresholds": {"allreduce_busbw_gbps": 100, "straggler_ratio": 0.8}}},
     ],
 )
 def test_good_combinations(user: dict) -> None:
@@ -249,3 +264,17 @@ def test_every_matrix_row_has_source_and_confidence() -> None:
     for row in rows:
         assert row["source"], row
         assert row["confidence"] in ("C", "P", "U"), row
+
+
+def test_threshold_keys_are_the_validation_programs_override_keys() -> None:
+    src = (REPO / "roles/validation/files/provision_validate/thresholds.py").read_text()
+    m = re.search(r"^OVERRIDE_KEYS = (\(.*?\))$", src, re.M)
+    assert m, "OVERRIDE_KEYS not found in the validation program"
+    assert tuple(ast.literal_eval(m.group(1))) == stack.THRESHOLD_KEYS
+
+
+def test_duplicate_keys_in_a_stack_file_are_refused(tmp_path: Path) -> None:
+    f = tmp_path / "dup.yml"
+    f.write_text('driver:\n  branch: "535"\ncuda:\n  version: "12.1"\ndriver:\n  branch: "550"\n')
+    with pytest.raises(StackError, match="duplicate key 'driver'"):
+        stack.load(f)

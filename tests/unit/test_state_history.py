@@ -125,6 +125,6 @@ def test_diff_new_resolved_and_versions() -> None:
     text = "\n".join(format_diff(list(diffs.values())))
     assert "h2" not in text
     assert "  resolved: driver.hold: drift -> pass" in text
-    assert "  new drift: cudnn.version: pass -> drift" in text
+    assert "  new problem: cudnn.version: pass -> drift" in text
     assert "h3: None -> failed" in text
     json.dumps([d.to_dict() for d in diffs.values()])

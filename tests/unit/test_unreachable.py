@@ -28,9 +28,10 @@ def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "PROVISION_STATE_DIR": str(tmp_path / "state"),
         "PROVISION_CONTENT_DIR": str(CONTENT),
     }
-    # the timeout is a safety net for a hung test, not a measurement
+    # issue 3's bound: an unreachable host is reported within 30 s (a generous limit that catches
+    # a hang or a retry loop, not a performance measurement; speed is for `make bench`)
     return subprocess.run(
-        [str(EXE), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        [str(EXE), *args], env=env, capture_output=True, text=True, timeout=30, check=False
     )
 
 
