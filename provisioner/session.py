@@ -139,6 +139,9 @@ SPECIAL_TAGS = frozenset({"always", "never", "all", "tagged", "untagged"})
 
 def check_tags(s: Settings, roles: list[str]) -> None:
     """--tags/--skip-tags take role names; a typo would silently run nothing, so refuse it."""
+    if s.command == "validate" and (s.tags or s.skip_tags):
+        # validate.yml runs one role through include_role: --tags would skip it and exit 0
+        raise UsageProblem("--tags/--skip-tags do not apply to `provision validate` (one role)")
     for opt, value in (("--tags", s.tags), ("--skip-tags", s.skip_tags)):
         for tag in (t.strip() for t in (value or "").split(",")):
             if tag and tag not in roles and tag not in SPECIAL_TAGS:

@@ -264,6 +264,9 @@ def test_tags_must_name_roles(state_dir: Path, demo_content: Path) -> None:
     r = CliRunner().invoke(cli, ["check", "-i", inv, "--skip-tags", "demo_role,nope"])
     assert r.exit_code == 2
     assert "--skip-tags: unknown role 'nope'" in r.output
+    r = CliRunner().invoke(cli, ["validate", "-i", inv, "--tags", "demo_role"])
+    assert r.exit_code == 2
+    assert "do not apply to `provision validate`" in r.output
 
 
 def test_paramiko_cannot_use_another_known_hosts_file(state_dir: Path, tmp_path: Path) -> None:
