@@ -151,8 +151,11 @@ def test_teardown_leaves_no_mounts_processes_or_cgroups(lab):
     fleet.destroy()  # idempotent
 
 
+# SIGINT is reset to Python's default: a pytest started in the background by a non-interactive
+# shell (`cmd &`) inherits SIGINT ignored, and so would this child
 OWNER = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from provisioner.lab import Lab
 lab = Lab()
 lab.start_repo()
