@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from test_roles_helpers import PROVISION, provision_cli
+from test_roles_helpers import PROVISION, fleet_args, provision_cli
 
 
 def _host_args(fleet: Any) -> list[str]:
@@ -93,14 +93,7 @@ def test_sixteen_host_nightly_check_with_history(fleet_factory: Any, tmp_path: P
     fleet = fleet_factory(16, profiles=profiles)
     names = [h.name for h in fleet.hosts]
     good, nogpu, fresh = names[0], names[1], names[2:]
-    common = [
-        "-i",
-        str(fleet.inventory_path),
-        "--stack",
-        str(fleet.stack_path),
-        "--known-hosts",
-        str(fleet.known_hosts),
-    ]
+    common = fleet_args(fleet)
 
     # provision one host; the others stay as they came (fresh) or have no GPU at all
     proc, _ = provision_cli(

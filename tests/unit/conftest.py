@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,3 +32,43 @@ def demo_content(monkeypatch: pytest.MonkeyPatch) -> Path:
 def recorded(name: str) -> dict[str, Any]:
     """A recorded ansible-runner run (see fixtures/record_events.py)."""
     return dict(json.loads((FIXTURES / "events" / f"{name}.json").read_text(encoding="utf-8")))
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """A minimal environment for running the `provision` executable against the demo content."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "PROVISION_STATE_DIR": str(tmp_path / "state"),
+        "PROVISION_CONTENT_DIR": str(CONTENT),
+    }
+
+
+@pytest.fixture
+def silent_port() -> Iterator[tuple[int, list[socket.socket]]]:
+    """A loopback port that accepts TCP and never says a word (a hung sshd): (port, connections)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    try:
+        yield srv.getsockname()[1], held
+    finally:
+        stop.set()
+        th.join(timeout=5)
+        for conn in held:
+            conn.close()
+        srv.close()

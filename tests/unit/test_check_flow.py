@@ -7,19 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import CONTENT
+from conftest import CONTENT, cli_env
 
 EXE = Path(sys.executable).parent / "provision"
 
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "LANG": "C.UTF-8",
-        "PROVISION_STATE_DIR": str(tmp_path / "state"),
-        "PROVISION_CONTENT_DIR": str(CONTENT),
-    }
+    env = cli_env(tmp_path)
     return subprocess.run(
         [str(EXE), *args], env=env, capture_output=True, text=True, timeout=120, check=False
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -139,34 +138,13 @@ def test_wrong_key_fails_authentication(sshd: FakeSSHD, keys: dict, tmp_path: Pa
     assert "authentication failed for tester@127.0.0.1" in r.message
 
 
-def test_silent_server_is_a_connect_failure_not_auth(keys: dict, tmp_path: Path) -> None:
+def test_silent_server_is_a_connect_failure_not_auth(
+    keys: dict, tmp_path: Path, silent_port: tuple[int, list]
+) -> None:
     """A port that accepts TCP but never sends an SSH banner (a hung sshd) is `ssh.connect`."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                accepted.append(srv.accept()[0])  # hold it open, say nothing
-            except OSError:
-                continue
-
-    th = threading.Thread(target=accept, daemon=True)
-    th.start()
-    try:
-        t = Target(name="silent", address="127.0.0.1", port=srv.getsockname()[1], user="tester",
-                   key_file=keys["client_file"])
-        r = pf.probe(t, opts(tmp_path, connect_timeout=1.5, accept_new=True), threading.Lock())
-    finally:
-        stop.set()
-        th.join(timeout=5)
-        for c in accepted:
-            c.close()
-        srv.close()
+    t = Target(name="silent", address="127.0.0.1", port=silent_port[0], user="tester",
+               key_file=keys["client_file"])
+    r = pf.probe(t, opts(tmp_path, connect_timeout=1.5, accept_new=True), threading.Lock())
     assert (r.status, r.stage) == ("unreachable", "connect"), (r.stage, r.message)
     assert "no SSH banner" in r.message
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import io
 import json
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-from conftest import CONTENT, recorded
+from conftest import CONTENT, cli_env, recorded
 
 from provisioner.events import RunState
 from provisioner.progress import Progress, summary_table
@@ -126,13 +124,7 @@ def test_summary_table() -> None:
 
 
 def test_ctrl_c_stops_the_run_with_130(tmp_path: Path) -> None:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "LANG": "C.UTF-8",
-        "PROVISION_STATE_DIR": str(tmp_path / "state"),
-        "PROVISION_CONTENT_DIR": str(CONTENT),
-    }
+    env = cli_env(tmp_path)
     proc = subprocess.Popen(
         [
             str(EXE),
@@ -161,47 +153,20 @@ def test_ctrl_c_stops_the_run_with_130(tmp_path: Path) -> None:
     assert report["exit_code"] == 130
 
 
-def test_sigterm_outside_the_ansible_phase_is_130(tmp_path: Path) -> None:
+def test_sigterm_outside_the_ansible_phase_is_130(
+    tmp_path: Path, silent_port: tuple[int, list]
+) -> None:
     """SIGTERM (a scheduler or systemd stopping the job) during the preflight ends like Ctrl-C."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:  # accept and say nothing: the preflight waits for a banner
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                continue
-
-    th = threading.Thread(target=accept, daemon=True)
-    th.start()
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "LANG": "C.UTF-8",
-        "PROVISION_STATE_DIR": str(tmp_path / "state"),
-        "PROVISION_CONTENT_DIR": str(CONTENT),
-    }
-    try:
-        proc = subprocess.Popen(
-            [str(EXE), "check", "--host", f"127.0.0.1:{srv.getsockname()[1]}"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        deadline = time.monotonic() + 20
-        while not held and time.monotonic() < deadline:  # the probe has connected
-            time.sleep(0.05)
-        assert held, "the preflight never connected"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        stop.set()
-        th.join(timeout=5)
-        for c in held:
-            c.close()
-        srv.close()
+    port, held = silent_port
+    proc = subprocess.Popen(
+        [str(EXE), "check", "--host", f"127.0.0.1:{port}"],
+        env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 20
+    while not held and time.monotonic() < deadline:  # the probe has connected
+        time.sleep(0.05)
+    assert held, "the preflight never connected"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err

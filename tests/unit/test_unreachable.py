@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONTENT
+from conftest import cli_env
 
 EXE = Path(sys.executable).parent / "provision"
 
@@ -21,13 +21,7 @@ def _free_port() -> int:
 
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "LANG": "C.UTF-8",
-        "PROVISION_STATE_DIR": str(tmp_path / "state"),
-        "PROVISION_CONTENT_DIR": str(CONTENT),
-    }
+    env = cli_env(tmp_path)
     # issue 3's bound: an unreachable host is reported within 30 s (a generous limit that catches
     # a hang or a retry loop, not a performance measurement; speed is for `make bench`)
     return subprocess.run(
