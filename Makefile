@@ -20,7 +20,7 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 test: venv lint
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=25 tests
 
 lint: venv
 	$(BIN)/ruff check provisioner tests

@@ -15,7 +15,6 @@ import shlex
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -404,21 +403,38 @@ def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: Pro
 def run_preflight(
     targets: list[Target], opts: ProbeOptions, *, deadline: float | None = None
 ) -> list[ProbeResult]:
-    """Probe all targets in parallel threads. Stragglers past the deadline count as unreachable."""
+    """Probe all targets in parallel threads. Stragglers past the deadline count as unreachable.
+
+    Daemon threads, not an executor: an executor's threads are joined at interpreter exit, so Ctrl-C
+    or SIGTERM would wait for the slowest connect timeout before the process could end."""
     lock = threading.Lock()
     limit = deadline or (opts.connect_timeout * 3 + opts.command_timeout + 5)
-    pool = ThreadPoolExecutor(max_workers=max(1, min(32, len(targets))), thread_name_prefix="probe")
-    futures = [pool.submit(probe, t, opts, lock) for t in targets]
-    wait(futures, timeout=limit)
-    pool.shutdown(wait=False, cancel_futures=True)
+    done: list[ProbeResult | BaseException | None] = [None] * len(targets)
+    sem = threading.Semaphore(32)
+
+    def work(i: int, t: Target) -> None:
+        with sem:
+            try:
+                done[i] = probe(t, opts, lock)
+            except BaseException as exc:  # reported per host below
+                done[i] = exc
+
+    threads = [
+        threading.Thread(target=work, args=(i, t), name=f"probe-{t.name}", daemon=True)
+        for i, t in enumerate(targets)
+    ]
+    for th in threads:
+        th.start()
+    end = time.monotonic() + limit
+    for th in threads:
+        th.join(timeout=max(0.0, end - time.monotonic()))
     results: list[ProbeResult] = []
-    for t, f in zip(targets, futures, strict=True):
-        if f.done() and f.exception() is None:
-            results.append(f.result())
+    for t, got in zip(targets, done, strict=True):
+        if isinstance(got, ProbeResult):
+            results.append(got)
             continue
         r = ProbeResult(host=t.name, address=t.address, port=t.port, seconds=limit)
-        err = f.exception() if f.done() else None
-        _fail(r, "unreachable", "timeout" if err is None else "error",
-              f"no answer within {limit:.0f}s" if err is None else f"probe error: {err!r}")
+        _fail(r, "unreachable", "timeout" if got is None else "error",
+              f"no answer within {limit:.0f}s" if got is None else f"probe error: {got!r}")
         results.append(r)
     return results
