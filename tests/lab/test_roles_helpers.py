@@ -94,6 +94,7 @@ def run_playbook(
     check: bool = False,
     tmp: Path,
     limit: str | None = None,
+    tags: str | None = None,
 ) -> PlayResult:
     """Run playbooks/<playbook> via ansible-runner; collect stats and *_checks facts."""
     import ansible_runner  # noqa: PLC0415 - heavy import, only for lab tests
@@ -102,6 +103,8 @@ def run_playbook(
     cmdline = "--check" if check else ""
     if limit:
         cmdline += f" --limit {limit}"
+    if tags:
+        cmdline += f" --tags {tags}"
     (tmp / "runner").mkdir(parents=True, exist_ok=True)
     import signal  # noqa: PLC0415
 

@@ -1,7 +1,9 @@
 """Lab: the validation role on simulated GPU hosts (CPU torch in /opt/pytorch, gloo backend).
 
 One host x 4 ranks passes with its numbers in the facts; two hosts x 2 ranks pass across the network
-(static rendezvous on the first host); a stalled rank fails the check naming the rank and its host.
+(static rendezvous on the first host); a stalled rank on the second host fails the check on both
+hosts, naming the rank and its host, by the collective watchdog long before the outer limit (the
+single-host stall is covered by tests/unit/test_validation_program.py).
 """
 
 from __future__ import annotations
@@ -87,27 +89,6 @@ def test_two_hosts_two_ranks_each_across_network(fleet_factory, tmp_path: Path) 
         assert len(set(node["ddp"]["summary"]["hosts"].values())) == 2
 
 
-def test_stalled_rank_fails_naming_rank_and_host(fleet_factory, tmp_path: Path) -> None:
-    fleet = fleet_factory(1, profiles=("h100-sxm-8",))
-    host = fleet.hosts[0].name
-    hostname = fleet.run(host, "hostname").stdout.strip()
-    assert hostname
-    res = run_playbook(fleet, "validate.yml",
-                       _vars(fleet, validation_nproc_per_node=2, validation_fault="stall:rank=1",
-                             validation_collective_timeout_s=10, validation_timeout_s=90),
-                       tmp=tmp_path)
-    assert res.rc != 0
-    checks = _checks(res, host)
-    ar = checks["validation.allreduce"]
-    assert ar["status"] == "fail", checks
-    assert f"rank 1 on host {hostname}" in ar["message"], ar["message"]
-    assert "hang" in ar["message"]
-    node = res.facts[host]["validation_result"]
-    # failed by the collective watchdog (10 s), long before the outer 90 s limit
-    assert node["torchrun_rc"] not in (124, 137), node["torchrun_rc"]
-    assert node["elapsed_s"] < 90
-
-
 def test_check_mode_runs_only_when_enabled_and_changes_nothing(fleet_factory,
                                                                tmp_path: Path) -> None:
     fleet = fleet_factory(1, profiles=("h100-sxm-8",))
@@ -177,3 +158,8 @@ def test_stalled_rank_on_second_host_is_named_from_both_hosts(fleet_factory,
         assert checks["validation.multinode"]["status"] == "fail", checks
         assert f"rank 3 on host {hostname}" in checks["validation.allreduce"]["message"], (
             h.name, checks["validation.allreduce"]["message"])
+        assert "hang" in checks["validation.allreduce"]["message"]
+        node = res.facts[h.name]["validation_result"]
+        # failed by the collective watchdog (10 s), long before the outer 90 s limit
+        assert node["torchrun_rc"] not in (124, 137), node["torchrun_rc"]
+        assert node["elapsed_s"] < 90
