@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -217,3 +218,28 @@ def test_multinode_pass_and_fail(tmp_path: Path) -> None:
     m = by_id(checks.merge(str(node1b), "h2", node_rank=1, nnodes=2, nproc=2, rc=0))
     assert m["validation.multinode"]["status"] == "fail"
     assert "odd rank(s) 3 on host h2" in m["validation.multinode"]["message"]
+
+
+def test_torchrun_failure_after_all_ranks_ok_quotes_torchrun_output(tmp_path: Path) -> None:
+    """All ranks wrote an ok fragment but torchrun exited 1: the failure says what torchrun said.
+
+    Through the command line as the role calls it: one `--torchrun-output=TEXT` argv item, whose
+    text may start with '-'.
+    """
+    write(tmp_path, [fragment(r, 2) for r in range(2)])
+    stderr = ("--rdzv noise\nstarting 2 workers\nW1203 torch/distributed/elastic/agent: waiting\n\n"
+              "RuntimeError: exit barrier timed out\n")
+    files = Path(__file__).resolve().parents[2] / "roles" / "validation" / "files"
+    proc = subprocess.run(
+        [sys.executable, "-m", "provision_validate", "merge", "--results-dir", str(tmp_path),
+         "--host", "gpu01", "--nproc-per-node", "2", "--rc", "1", f"--torchrun-output={stderr}"],
+        capture_output=True, text=True, check=False, cwd=files, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    c = by_id(json.loads(proc.stdout))["validation.allreduce"]
+    assert c["status"] == "fail"
+    assert "torchrun exited 1 without a failed rank fragment" in c["message"], c["message"]
+    assert "RuntimeError: exit barrier timed out" in c["message"], c["message"]
+    assert "--rdzv noise" not in c["message"]  # only the last three lines
+
+    plain = by_id(checks.merge(str(tmp_path), "gpu01", nproc=2, rc=1))["validation.allreduce"]
+    assert plain["message"].endswith("without a failed rank fragment"), plain["message"]

@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--rc", type=int, default=None, help="torchrun's exit status")
     m.add_argument("--timeout", type=float, default=None, help="the outer timeout used")
     m.add_argument("--elapsed", type=float, default=None)
+    m.add_argument("--torchrun-output", default="",
+                   help="tail of torchrun's stderr, quoted when torchrun fails but no rank did")
 
     k = sub.add_parser("lookup", help="print the thresholds that apply")
     k.add_argument("--thresholds", required=True)
@@ -101,12 +103,21 @@ def main(argv=None) -> int:
         block_signals()  # before torch starts any thread
         from . import worker
 
-        return worker.run(args)
+        rc = worker.run(args)
+        # The rank's result fragment is written and the process group destroyed (or the failure
+        # recorded). Leave without running C++ static destructors: a gloo/c10d thread still
+        # joinable at interpreter shutdown aborts the process ("terminate called without an
+        # active exception", SIGABRT), which torchrun reports as a failed rank although every
+        # rank passed. Seen on a loaded 2-core machine, rank 0, after the final barrier.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
     if args.cmd == "merge":
         from . import checks
 
         res = checks.merge(args.results_dir, args.host, args.node_rank, args.nnodes,
-                           args.nproc_per_node, args.rc, args.timeout, args.elapsed)
+                           args.nproc_per_node, args.rc, args.timeout, args.elapsed,
+                           args.torchrun_output)
         text = json.dumps(res, indent=1, sort_keys=True, default=str)
         if args.out:
             with open(args.out, "w", encoding="utf-8") as fh:

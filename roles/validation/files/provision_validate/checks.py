@@ -232,8 +232,11 @@ def evaluate_ddp(dd: dict | None, thr: dict, problems: list[str], phase_group: s
 
 def merge(results_dir: str, host: str, node_rank: int = 0, nnodes: int = 1,
           nproc: int = 1, rc: int | None = None, timeout_s: float | None = None,
-          elapsed_s: float | None = None) -> dict:
-    """The node result: fragments of this node's ranks, merged, with the three checks."""
+          elapsed_s: float | None = None, torchrun_output: str = "") -> dict:
+    """The node result: fragments of this node's ranks, merged, with the three checks.
+
+    torchrun_output: the tail of torchrun's stderr, quoted when torchrun failed but no rank did.
+    """
     frags = load_fragments(results_dir)
     expected = list(range(node_rank * nproc, node_rank * nproc + nproc))
     have = {int(f.get("rank", -1)) for f in frags}
@@ -245,7 +248,9 @@ def merge(results_dir: str, host: str, node_rank: int = 0, nnodes: int = 1,
     if problems and rc == 0 and not missing and all(f.get("status") == "ok" for f in frags):
         problems = []
     if rc not in (0, None) and not problems:
-        problems = ["torchrun exited %s without a failed rank fragment" % rc]
+        last = [ln.strip() for ln in torchrun_output.splitlines() if ln.strip()][-3:]
+        problems = ["torchrun exited %s without a failed rank fragment%s" % (
+            rc, "; its last output: " + " / ".join(last) if last else "")]
         group = "init"
     world = int(ref.get("world_size") or nnodes * nproc)
     thr = ref.get("thresholds") or {}
