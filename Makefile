@@ -5,6 +5,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 N ?= 2
 PROFILE ?= h100-sxm-8
+# Test processes (pytest-xdist). Lab tests on one host use about one core, so two processes keep a
+# 2-core machine busy; --dist loadscope keeps each module on one process (the converge scenario is
+# ordered, and module fixtures run once). TEST_JOBS=0 runs everything in one process.
+TEST_JOBS ?= 2
+PYTEST_PAR := -n $(TEST_JOBS) --dist loadscope
 
 .PHONY: venv test unit lint demo lab-up lab-down lab-status clean
 
@@ -17,10 +22,10 @@ $(BIN)/provision: pyproject.toml
 venv: $(BIN)/provision
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q $(PYTEST_PAR) tests/unit
 
 test: venv lint
-	$(BIN)/pytest -q --durations=25 tests
+	$(BIN)/pytest -q $(PYTEST_PAR) --durations=25 tests
 
 lint: venv
 	$(BIN)/ruff check provisioner tests
