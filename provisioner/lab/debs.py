@@ -102,11 +102,16 @@ def shared_object(cache: Path, soname: str, symbol: str, version: str) -> bytes:
     key = hashlib.sha256(f"{soname}|{symbol}|{version}".encode()).hexdigest()[:16]
     cached = cache / f"{key}.so"
     if not cached.exists():
+        # Several processes (pytest-xdist workers) may build the same object at once: every file
+        # but the final one is private to this process, and the rename is atomic.
         cache.mkdir(parents=True, exist_ok=True)
-        src = cache / f"{key}.c"
+        src = cache / f"{key}.{os.getpid()}.c"
         src.write_text(f'const char *{symbol}(void) {{ return "{version}"; }}\n', encoding="utf-8")
         tmp = cache / f"{key}.so.tmp.{os.getpid()}"
-        run(["gcc", "-shared", "-fPIC", "-O2", "-s", f"-Wl,-soname,{soname}", "-o", tmp, src])
-        tmp.rename(cached)
-        src.unlink()
+        try:
+            run(["gcc", "-shared", "-fPIC", "-O2", "-s", f"-Wl,-soname,{soname}", "-o", tmp, src])
+            tmp.rename(cached)
+        finally:
+            src.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
     return cached.read_bytes()

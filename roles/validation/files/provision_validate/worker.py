@@ -643,7 +643,12 @@ def run(args) -> int:
         msg = "rank %d on host %s: %s in phase %s: %s" % (
             r.rank, r.host, type(exc).__name__, r.phase, str(exc)[:300])
         extra = {}
-        if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
+        # A collective that timed out, or that failed because a peer's watchdog fired first and
+        # closed its connections ("Connection closed by peer"): either way the ranks that stopped
+        # progressing are the story: ask the store which ranks are behind.
+        text = str(exc).lower()
+        if any(x in text for x in ("timed out", "timeout", "connection closed", "connection reset",
+                                   "remote worker crashing")):
             peers = r.peers()
             lag = _lagging(peers, r.rank)
             extra = {"peers": peers, "lagging": [int(x) for x, _ in lag]}
