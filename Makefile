@@ -28,24 +28,24 @@ test: venv lint
 	$(BIN)/pytest -q $(PYTEST_PAR) --durations=25 tests
 
 lint: venv
-	$(BIN)/ruff check provisioner tests
+	$(BIN)/ruff check provisioner lab tests
 	$(BIN)/mypy
-	$(BIN)/ansible-lint --profile production playbooks roles
+	$(BIN)/ansible-lint --profile production
 	@for p in playbooks/*.yml; do \
 	  ANSIBLE_ROLES_PATH=roles $(BIN)/ansible-playbook --syntax-check -i localhost, $$p >/dev/null || exit 1; \
 	done
 
 lab-up: venv
-	$(BIN)/provision lab up --hosts $(N) --profile $(PROFILE)
+	$(BIN)/python -m lab up --hosts $(N) --profile $(PROFILE)
 
 lab-down: venv
-	$(BIN)/provision lab down
+	$(BIN)/python -m lab down
 
 lab-status: venv
-	$(BIN)/provision lab status
+	$(BIN)/python -m lab status
 
 demo: venv
-	$(BIN)/python -m provisioner.lab.demo --report-dir demo-report
+	$(BIN)/python -m lab.demo --report-dir demo-report
 
 clean:
 	rm -rf $(VENV) dist build demo-report .pytest_cache .ruff_cache .mypy_cache

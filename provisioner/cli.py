@@ -22,7 +22,6 @@ SUBCOMMANDS = {
     "preflight": "provisioner.commands.preflight:preflight",
     "stack": "provisioner.commands.stack:stack",
     "history": "provisioner.commands.history:history",
-    "lab": "provisioner.lab.cli:lab",
 }
 HELP_LINES = {
     "check": "Read-only compliance check (exit 0 compliant, 5 drift).",
@@ -30,7 +29,6 @@ HELP_LINES = {
     "preflight": "SSH probe of all hosts in parallel, no Ansible.",
     "stack": "Show or validate the stack manifest.",
     "history": "List earlier runs, or diff two of them.",
-    "lab": "The simulated GPU lab (for tests and demos).",
 }
 
 
@@ -47,12 +45,7 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            if cmd_name == "lab":
-                raise click.ClickException(f"`provision lab` is not available: {exc}") from exc
-            raise
+        module = importlib.import_module(module_name)
         cmd = getattr(module, attr)
         if not isinstance(cmd, click.Command):
             raise TypeError(f"{target} is not a click command")

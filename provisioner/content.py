@@ -1,4 +1,10 @@
-"""Locate the Ansible content: installed wheel (`provisioner/_ansible/`) or source checkout."""
+"""Locate the Ansible content, the collection provision.gpu: installed wheel or source checkout.
+
+The collection root holds galaxy.yml, playbooks/, roles/ and plugins/. Ansible finds the collection
+through `collections_path`, a directory holding `ansible_collections/provision/gpu`: in a checkout
+the playbook-adjacent `playbooks/collections` (a link to the repository root, which also serves
+plain ansible-playbook and AWX), in the wheel `provisioner/_ansible`.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +17,15 @@ from provisioner.exitcodes import SetupError
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+COLLECTION = ("provision", "gpu")
+COLLECTION_NAME = ".".join(COLLECTION)
+
+
 @dataclass(frozen=True)
 class Content:
-    root: Path
-    kind: str  # "wheel" | "checkout"
+    root: Path  # the collection root
+    kind: str  # "wheel" | "checkout" | "override"
+    collections_path: Path  # holds ansible_collections/provision/gpu
 
     @property
     def playbooks(self) -> Path:
@@ -25,8 +36,8 @@ class Content:
         return self.root / "roles"
 
     @property
-    def library(self) -> Path:
-        return self.playbooks / "library"
+    def plugins(self) -> Path:
+        return self.root / "plugins"
 
     def role_names(self) -> list[str]:
         if not self.roles.is_dir():
@@ -40,24 +51,33 @@ class Content:
         return path
 
 
-def candidates(package_dir: Path = PACKAGE_DIR) -> list[tuple[Path, str]]:
-    return [(package_dir / "_ansible", "wheel"), (package_dir.parent, "checkout")]
+def candidates(package_dir: Path = PACKAGE_DIR) -> list[tuple[Path, str, Path]]:
+    """(collection root, kind, collections path), the installed content first."""
+    wheel = package_dir / "_ansible"
+    checkout = package_dir.parent
+    return [
+        (wheel.joinpath("ansible_collections", *COLLECTION), "wheel", wheel),
+        (checkout, "checkout", checkout / "playbooks" / "collections"),
+    ]
 
 
 def locate(package_dir: Path = PACKAGE_DIR) -> Content:
     """The installed content wins; a checkout (or editable install) is the fallback.
 
-    `$PROVISION_CONTENT_DIR` (a directory holding playbooks/ and roles/) overrides both.
+    `$PROVISION_CONTENT_DIR` (a directory holding playbooks/ and roles/) overrides both; its
+    playbooks use short role names or find collections the usual ways.
     """
     override = os.environ.get("PROVISION_CONTENT_DIR")
     if override:
         root = Path(override).expanduser().resolve()
         if not (root / "playbooks").is_dir():
             raise SetupError(f"PROVISION_CONTENT_DIR={override}: no playbooks/ directory there")
-        return Content(root=root, kind="override")
+        coll = root / "playbooks" / "collections"
+        return Content(root=root, kind="override", collections_path=coll)
     tried = []
-    for root, kind in candidates(package_dir):
-        if (root / "playbooks" / "site.yml").is_file() and (root / "roles").is_dir():
-            return Content(root=root, kind=kind)
+    for root, kind, collections_path in candidates(package_dir):
+        linked = collections_path.joinpath("ansible_collections", *COLLECTION)
+        if (root / "playbooks" / "site.yml").is_file() and (linked / "galaxy.yml").is_file():
+            return Content(root=root, kind=kind, collections_path=collections_path)
         tried.append(f"{root / 'playbooks' / 'site.yml'} ({kind})")
     raise SetupError("Ansible content not found; looked for " + " and ".join(tried))

@@ -36,11 +36,12 @@ STAT_KEYS = ("ok", "changed", "failures", "dark", "skipped", "ignored", "rescued
 class RunRequest:
     project_dir: Path  # holds the playbook (cwd of ansible-playbook)
     playbook: str  # relative to project_dir
-    roles_path: Path
     inventory: Path
     artifact_dir: Path
     ident: str
     extravars: Mapping[str, Any] = field(default_factory=dict)
+    collections_path: Path | None = None  # holds ansible_collections/provision/gpu
+    roles_path: Path | None = None  # short-named roles (test content only)
     limit: str | None = None
     tags: str | None = None
     skip_tags: str | None = None
@@ -113,6 +114,11 @@ def build_env(req: RunRequest) -> dict[str, str]:
         env["ANSIBLE_PIPELINING"] = "True"
     if req.known_hosts is not None:
         env["ANSIBLE_SSH_COMMON_ARGS"] = f"-o UserKnownHostsFile={req.known_hosts}"
+    if req.collections_path is not None:
+        # ours first; a site's own collections (ANSIBLE_COLLECTIONS_PATH) stay reachable after it
+        extra = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")
+        paths = (str(req.collections_path), extra)
+        env["ANSIBLE_COLLECTIONS_PATH"] = ":".join(p for p in paths if p)
     env.update(req.extra_env)
     return env
 
@@ -181,7 +187,7 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
             "private_data_dir": pdd,
             "project_dir": str(req.project_dir),
             "playbook": req.playbook,
-            "roles_path": [str(req.roles_path)],
+            "roles_path": [str(req.roles_path)] if req.roles_path else None,
             "inventory": str(req.inventory),
             "extravars": extravars,
             "limit": req.limit,

@@ -276,7 +276,8 @@ def _ansible(
         req = runner.RunRequest(
             project_dir=content.playbooks,
             playbook=PLAYBOOKS[s.command],
-            roles_path=content.roles,
+            collections_path=content.collections_path,
+            roles_path=content.roles if content.kind == "override" else None,
             inventory=tg.inventory_path or inv.write_inventory(tg.targets, Path(tmp)),
             artifact_dir=state.runs,
             ident=run_id,

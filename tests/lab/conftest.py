@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.lab import Fleet, Lab, LabError, unavailable_reason
+from lab import Fleet, Lab, LabError, unavailable_reason
 
 REQUIRE_LAB = os.environ.get("PROVISION_REQUIRE_LAB") == "1"
 LAB_TESTS = Path(__file__).resolve().parent

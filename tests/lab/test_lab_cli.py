@@ -1,10 +1,10 @@
-"""`provision lab`: one clear refusal (exit 4) where the lab cannot run; profile parsing."""
+"""`python -m lab`: one clear refusal (exit 4) where the lab cannot run; profile parsing."""
 
 from __future__ import annotations
 
 from click.testing import CliRunner
 
-from provisioner.lab import cli
+from lab import cli
 
 
 def test_up_without_root_or_nspawn_is_one_clear_message_and_exit_4(monkeypatch):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner.lab import cgroups
-from provisioner.lab.util import mounts_under
+from lab import cgroups
+from lab.util import mounts_under
 
 
 def test_host_boots_with_ssh_sudo_and_host_key_checking(fleet_factory, tmp_path):
@@ -156,7 +156,7 @@ def test_teardown_leaves_no_mounts_processes_or_cgroups(lab):
 OWNER = """
 import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from provisioner.lab import Lab
+from lab import Lab
 lab = Lab()
 lab.start_repo()
 fleet = lab.create_fleet(1, ["t4-1"])

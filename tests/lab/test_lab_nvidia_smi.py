@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.lab.payload import PAYLOAD_DIR
-from provisioner.lab.profiles import PROFILE_DIR, host_description, profile_names
+from lab.payload import PAYLOAD_DIR
+from lab.profiles import PROFILE_DIR, host_description, profile_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GPU_FACTS = REPO_ROOT / "playbooks" / "library" / "nvidia_gpu_facts.py"
+GPU_FACTS = REPO_ROOT / "plugins" / "modules" / "nvidia_gpu_facts.py"
 QUERY = (
     "index,name,uuid,memory.total,pci.bus_id,persistence_mode,ecc.mode.current,"
     "mig.mode.current,driver_version,count,compute_cap"

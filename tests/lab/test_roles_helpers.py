@@ -117,7 +117,7 @@ def run_playbook(
         cmdline=cmdline.strip() or None,
         envvars={
             "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-            "ANSIBLE_LIBRARY": str(PLAYBOOKS / "library"),
+            "ANSIBLE_COLLECTIONS_PATH": str(PLAYBOOKS / "collections"),
             "ANSIBLE_FORKS": "8",
             "ANSIBLE_PIPELINING": "True",
             "ANSIBLE_NOCOLOR": "1",

@@ -132,8 +132,9 @@ def test_help_lists_exit_codes_and_commands() -> None:
         "130 interrupted",
     ):
         assert text in r.output.replace("\n  ", " ")
-    for cmd in ("check", "validate", "preflight", "stack", "history", "lab"):
+    for cmd in ("check", "validate", "preflight", "stack", "history"):
         assert f"  {cmd} " in r.output
+    assert "  lab " not in r.output  # the lab is not part of the product
 
 
 def test_version_lists_the_four_versions() -> None:

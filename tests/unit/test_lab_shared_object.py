@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.lab.debs import shared_object
+from lab.debs import shared_object
 
 
 def _build(cache: str) -> bytes:

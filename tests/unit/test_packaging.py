@@ -38,8 +38,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "provisioner/_ansible/playbooks/site.yml" in names
-    assert "provisioner/_ansible/playbooks/check.yml" in names
+    coll = "provisioner/_ansible/ansible_collections/provision/gpu"
+    for pb in ("site", "check", "validate"):
+        assert f"{coll}/playbooks/{pb}.yml" in names
+    assert f"{coll}/galaxy.yml" in names
+    assert f"{coll}/meta/runtime.yml" in names
+    assert f"{coll}/plugins/modules/nvidia_gpu_facts.py" in names
+    # the lab is beside the product, not in it
+    assert not any(n.startswith(("lab/", "provisioner/lab/")) for n in names)
     assert "provisioner/data/matrix.yml" in names
     assert "provisioner/data/default-stack.yml" in names
     assert "provisioner/py.typed" in names
@@ -48,7 +54,7 @@ def test_wheel_contents(wheel: Path) -> None:
     )
     assert roles, "no roles in the checkout"
     for role in roles:
-        assert f"provisioner/_ansible/roles/{role}/tasks/main.yml" in names, role
+        assert f"{coll}/roles/{role}/tasks/main.yml" in names, role
     assert not any("__pycache__" in n for n in names)
     assert not any(n.startswith("tests/") for n in names)
 

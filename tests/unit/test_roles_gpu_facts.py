@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (captured nvidia-smi/lspci output is kept verbatim)
-"""Unit tests for playbooks/library/nvidia_gpu_facts.py (pure gather/parse functions)."""
+"""Unit tests for plugins/modules/nvidia_gpu_facts.py (pure gather/parse functions)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-MODULE_PATH = Path(__file__).resolve().parents[2] / "playbooks" / "library" / "nvidia_gpu_facts.py"
+MODULE_PATH = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "nvidia_gpu_facts.py"
 
 
 def _load() -> ModuleType:

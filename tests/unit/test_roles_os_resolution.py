@@ -68,7 +68,7 @@ def resolved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
         os.environ,
         ANSIBLE_ROLES_PATH=str(REPO / "roles"),
         ANSIBLE_NOCOLOR="1",
-        ANSIBLE_LIBRARY=str(REPO / "playbooks" / "library"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / "playbooks" / "collections"),
         ANSIBLE_FORKS="8",
         ANSIBLE_LOCAL_TEMP=str(tmp / "local"),
         ANSIBLE_REMOTE_TEMP=str(tmp / "remote"),

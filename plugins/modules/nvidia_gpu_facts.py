@@ -37,7 +37,7 @@ author:
 
 EXAMPLES = r"""
 - name: Gather GPU facts
-  nvidia_gpu_facts:
+  provision.gpu.nvidia_gpu_facts:
   register: gpu
 """
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner.lab import payload
-from provisioner.lab.debs import Deb, shared_object
-from provisioner.lab.util import clean_env, run
+from lab import payload
+from lab.debs import Deb, shared_object
+from lab.util import clean_env, run
 
 REPO_SUBDIR = "compute/cuda/repos"
 DISTRO_ARCH = "debian12/x86_64"

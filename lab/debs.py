@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provisioner.lab.util import run
+from lab.util import run
 
 
 @dataclass

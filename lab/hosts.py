@@ -12,9 +12,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from provisioner.lab import cgroups, payload
-from provisioner.lab.profiles import HOST_DESCRIPTION, host_description
-from provisioner.lab.util import LabError, clean_env, remove_tree, run, unmount_all
+from lab import cgroups, payload
+from lab.profiles import HOST_DESCRIPTION, host_description
+from lab.util import LabError, clean_env, remove_tree, run, unmount_all
 
 # where the simulated Secure Boot state answers (sudo's secure_path and root's PATH search it first)
 MOKUTIL = "/usr/local/sbin/mokutil"

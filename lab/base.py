@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner.lab.util import LabError, clean_env, file_lock, remove_tree, run, unmount_all
-from provisioner.lab.wheelhouse import TORCH_REQUIREMENT, ensure_wheelhouse
+from lab.util import LabError, clean_env, file_lock, remove_tree, run, unmount_all
+from lab.wheelhouse import TORCH_REQUIREMENT, ensure_wheelhouse
 
 RECIPE_VERSION = 3
 SUITE = "bookworm"

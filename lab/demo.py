@@ -9,14 +9,14 @@ import sys
 import time
 from pathlib import Path
 
-from provisioner.lab.lab import Lab, unavailable_reason
-from provisioner.lab.util import LabError
+from lab.lab import Lab, unavailable_reason
+from lab.util import LabError
 
 EXIT_SETUP = 4
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m provisioner.lab.demo")
+    parser = argparse.ArgumentParser(prog="python -m lab.demo")
     parser.add_argument("--report-dir", default="demo-report", type=Path)
     parser.add_argument("--profile", default="h100-sxm-8")
     args = parser.parse_args(argv)

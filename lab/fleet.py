@@ -1,5 +1,5 @@
 """A fleet: 1-16 booted lab hosts plus the files a `provision` run needs (inventory, stack,
-known_hosts). Torn down on destroy(), at interpreter exit, and by `provision lab down`."""
+known_hosts). Torn down on destroy(), at interpreter exit, and by `python -m lab down`."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from provisioner.lab import alloc
-from provisioner.lab.base import ADMIN_USER, Base
-from provisioner.lab.hosts import Host, HostRuntime, RunResult
-from provisioner.lab.profiles import load_profile
-from provisioner.lab.util import LabError, remove_tree
+from lab import alloc
+from lab.base import ADMIN_USER, Base
+from lab.hosts import Host, HostRuntime, RunResult
+from lab.profiles import load_profile
+from lab.util import LabError, remove_tree
 
 MAX_HOSTS = 16
 _LIVE: dict[str, Fleet] = {}  # fleets owned by this process, destroyed at exit

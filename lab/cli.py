@@ -1,4 +1,4 @@
-"""`provision lab ...` (also `python -m provisioner.lab ...`): bring the lab up and down."""
+"""`python -m lab ...` (`make lab-up` and friends): bring the lab up and down."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
+from lab.fleet import owner_alive
+from lab.lab import Lab, unavailable_reason
+from lab.profiles import profile_names
+from lab.util import LabError
 from provisioner.exitcodes import ExitCode
-from provisioner.lab.fleet import owner_alive
-from provisioner.lab.lab import Lab, unavailable_reason
-from provisioner.lab.profiles import profile_names
-from provisioner.lab.util import LabError
 
 lab_dir_option = click.option(
     "--lab-dir",
@@ -79,14 +79,14 @@ def _parse_profiles(value: str) -> list[str]:
 )
 @lab_dir_option
 def up(hosts: int, profile: str, lab_dir: Path | None) -> None:
-    """Boot a fleet that stays up until `provision lab down`."""
+    """Boot a fleet that stays up until `python -m lab down` (make lab-down)."""
     profiles = _parse_profiles(profile)
     _need_lab()
     the_lab = Lab(lab_dir)
     fleet_dir = the_lab.dir / "fleet"
     if (fleet_dir / "fleet.json").exists():
         raise click.ClickException(
-            f"a lab fleet is already up in {fleet_dir}; run `provision lab down`"
+            f"a lab fleet is already up in {fleet_dir}; run `python -m lab down` (make lab-down)"
         )
     try:
         t0 = time.monotonic()

@@ -12,12 +12,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from provisioner.lab import base as base_mod
-from provisioner.lab.fleet import Fleet, fleets_in, owner_alive
-from provisioner.lab.repo import Repo, build_repo
-from provisioner.lab.server import ThreadedServer
-from provisioner.lab.util import LabError, LabUnavailable, lab_dir, remove_tree
-from provisioner.lab.wheelhouse import ensure_wheelhouse
+from lab import base as base_mod
+from lab.fleet import Fleet, fleets_in, owner_alive
+from lab.repo import Repo, build_repo
+from lab.server import ThreadedServer
+from lab.util import LabError, LabUnavailable, lab_dir, remove_tree
+from lab.wheelhouse import ensure_wheelhouse
 
 REQUIRED_TOOLS = (
     "systemd-nspawn",
@@ -140,7 +140,7 @@ class Lab:
             [
                 sys.executable,
                 "-m",
-                "provisioner.lab.server",
+                "lab.server",
                 "--root",
                 str(root),
                 "--port-file",

@@ -12,9 +12,9 @@ See provisioner/lab/README.md.
 
 from __future__ import annotations
 
-from provisioner.lab.fleet import Fleet
-from provisioner.lab.hosts import Host, RunResult
-from provisioner.lab.lab import Lab, unavailable_reason
-from provisioner.lab.util import LabError, LabUnavailable
+from lab.fleet import Fleet
+from lab.hosts import Host, RunResult
+from lab.lab import Lab, unavailable_reason
+from lab.util import LabError, LabUnavailable
 
 __all__ = ["Fleet", "Host", "Lab", "LabError", "LabUnavailable", "RunResult", "unavailable_reason"]

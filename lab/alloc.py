@@ -11,7 +11,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from provisioner.lab.util import LabError, file_lock
+from lab.util import LabError, file_lock
 
 FIRST_HOST_OCTET = 11
 

@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from provisioner.lab.util import LabError, file_lock, run
+from lab.util import LabError, file_lock, run
 
 TORCH_REQUIREMENT = "torch==2.13.0"
 

@@ -1,7 +1,7 @@
 """The lab's HTTP server on 127.0.0.1 (port 0): the fake NVIDIA repo at /, wheels at /wheels/.
 
 In pytest it runs in a thread of the test process (`ThreadedServer`); for `provision lab up` it is a
-detached process (`python -m provisioner.lab.server`) that records its pid and port in files.
+detached process (`python -m lab.server`) that records its pid and port in files.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def serve_detached(root: Path, port_file: Path, pid_file: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m provisioner.lab.server")
+    parser = argparse.ArgumentParser(prog="python -m lab.server")
     parser.add_argument("--root", required=True, type=Path)
     parser.add_argument("--port-file", required=True, type=Path)
     parser.add_argument("--pid-file", required=True, type=Path)
