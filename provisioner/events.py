@@ -43,6 +43,29 @@ def _failure_message(res: dict[str, Any]) -> str:
     return msg[:_MAX_MSG] or "task failed"
 
 
+# The fact the collection's probe module (provision.gpu.stack_probe) publishes its checks in,
+# and the role that owns each check id prefix.
+SHARED_CHECKS = "provision_checks"
+ROLE_OF_PREFIX = {
+    "preflight": "preflight",
+    "repo": "nvidia_repo",
+    "driver": "nvidia_driver",
+    "cuda": "cuda_toolkit",
+    "cudnn": "cudnn",
+    "nccl": "nccl",
+    "env": "cuda_env",
+    "pytorch": "pytorch",
+    "validation": "validation",
+}
+
+
+def owner_of(raw: object) -> str:
+    """The role that owns a check, from its id prefix (`driver.hold` -> nvidia_driver)."""
+    cid = str(raw.get("id", "")) if isinstance(raw, dict) else ""
+    prefix = cid.split(".", 1)[0]
+    return ROLE_OF_PREFIX.get(prefix, prefix or "play")
+
+
 def normalize_check(raw: object, role: str) -> dict[str, Any] | None:
     """A check as published by a role, made safe: all six keys, a known status."""
     if not isinstance(raw, dict) or not raw.get("id"):
@@ -209,7 +232,16 @@ class RunState:
         if not isinstance(facts, dict):
             return
         for key, value in facts.items():
-            if key.endswith("_checks") and isinstance(value, list):
+            if key == SHARED_CHECKS and isinstance(value, list):
+                # the collection's probe publishes partial lists (one role's component at a time):
+                # merged by check id, a later record of an id replacing the earlier one
+                merged = {c["id"]: c for c in h.check_lists.get(key, [])}
+                for v in value:
+                    c = normalize_check(v, owner_of(v))
+                    if c:
+                        merged[c["id"]] = c
+                h.check_lists[key] = list(merged.values())
+            elif key.endswith("_checks") and isinstance(value, list):
                 owner = key[: -len("_checks")]
                 checks = [c for c in (normalize_check(v, owner) for v in value) if c]
                 h.check_lists[key] = checks
