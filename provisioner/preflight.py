@@ -184,6 +184,11 @@ def matrix_warnings(
     row = next((x for x in distros if x.get("name") == d and a in x.get("arches", [])), None)
     if row is None:
         return [f"{key}: no CUDA {cuda} packages known for it (not in the matrix)"]
+    if row.get("published") is False:
+        return [
+            f"{key}: NVIDIA publishes no CUDA {cuda} packages there: the preflight role stops "
+            f"this host (declare mirrors.nvidia_repo_carries: [{key}] if your mirror has them)"
+        ]
     if row.get("confidence") == "U":
         return [
             f"{key}: CUDA {cuda} packages there are unconfirmed; declare "

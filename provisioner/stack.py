@@ -126,41 +126,36 @@ class Stack:
 
     def to_extravars(self, *, allow_reboot: bool = True) -> dict[str, Any]:
         """The role variables of docs/architecture.md; `None` becomes "" for string variables."""
-        d = self.data
-        cuda = self.cuda_version
-        pt = d["pytorch"]
-        val = d["validation"]
-        mir = d["mirrors"]
-        return {
-            "nvidia_repo_base_url": mir["nvidia_repo"],
-            "nvidia_repo_carries": self.carries(),
-            "nvidia_driver_branch": d["driver"]["branch"],
-            "nvidia_driver_version": d["driver"]["version"] or "",
-            "nvidia_driver_flavor": d["driver"]["flavor"],
-            "nvidia_driver_fabricmanager": d["driver"]["fabricmanager"],
-            "nvidia_driver_allow_reboot": allow_reboot,
-            "cuda_toolkit_version": cuda,
-            "cuda_env_cuda_version": cuda,
-            "cudnn_version": d["cudnn"]["version"],
-            "cudnn_major": self.cudnn_major,
-            "cudnn_cuda_version": cuda,
-            "nccl_version": d["nccl"]["version"],
-            "nccl_cuda_version": cuda,
-            "pytorch_version": pt["version"],
-            "pytorch_build": pt["build"],
-            "pytorch_venv": pt["venv"],
-            "pytorch_index_url": mir["pytorch_index"] or "",
-            "pytorch_find_links": mir["pytorch_find_links"] or "",
-            "pytorch_torchvision_version": pt["torchvision"] or "",
-            "pytorch_torchaudio_version": pt["torchaudio"] or "",
-            "pytorch_python_range": self.pytorch_python_range(),
-            "validation_enabled": val["enabled"],
-            "validation_backend": val["backend"],
-            "validation_nproc_per_node": val["nproc_per_node"],
-            "validation_timeout_s": val["timeout_s"],
-            "validation_network_interface": val["network_interface"] or "",
-            "validation_thresholds": copy.deepcopy(val["thresholds"]),
-        }
+        out = self._gpu_stack_vars()
+        out["nvidia_driver_allow_reboot"] = allow_reboot
+        return out
+
+    def _gpu_stack_vars(self) -> dict[str, Any]:
+        """`gpu_stack_<section>_<key>` for every leaf of the stack, plus what the matrix derives."""
+        out: dict[str, Any] = {}
+        for section, values in self.data.items():
+            if not isinstance(values, dict):
+                continue
+            for key, value in values.items():
+                out[f"gpu_stack_{section}_{key}"] = "" if value is None else copy.deepcopy(value)
+        matrix = load_matrix()
+        row = matrix.get("cuda", {}).get(self.cuda_version, {})
+        cudnn_rows = {int(r["major"]): r for r in row.get("cudnn", [])}
+        nccl_rows = row.get("nccl", [])
+        distros: dict[str, str] = {}
+        for d in row.get("distros", []):
+            status = "absent" if d.get("published") is False else (
+                "unconfirmed" if d.get("confidence") == "U" else "published")
+            for arch in d.get("arches", []):
+                distros[f"{d['name']}/{arch}"] = status
+        out.update({
+            "gpu_stack_pytorch_python_range": self.pytorch_python_range(),
+            "gpu_stack_cuda_min_driver": str(row.get("min_driver", {}).get("version", "")),
+            "gpu_stack_cudnn_build": str(cudnn_rows.get(self.cudnn_major, {}).get("build", "")),
+            "gpu_stack_nccl_build": str(nccl_rows[0].get("build", "")) if nccl_rows else "",
+            "gpu_stack_cuda_distros": distros,
+        })
+        return out
 
 
 def _yaml_load(path: Path) -> Any:  # noqa: ANN401 - YAML documents are untyped
@@ -371,6 +366,18 @@ def _rule_distros(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, A
         if d.get("confidence") == "U"
         for a in d.get("arches", [])
     ]
+    absent = [
+        f"{d['name']}/{a}"
+        for d in row.get("distros", [])
+        if d.get("published") is False
+        for a in d.get("arches", [])
+        if f"{d['name']}/{a}" not in carries
+    ]
+    if absent:
+        warnings.append(
+            f"{DISTRO_PREFIX}NVIDIA publishes no CUDA {cuda} packages for {', '.join(absent)}: "
+            f"hosts there stop in preflight (unless mirrors.nvidia_repo_carries declares them)"
+        )
     missing = [u for u in unconfirmed if u not in carries]
     if missing:
         warnings.append(
@@ -416,7 +423,7 @@ def resolve(user: Mapping[str, Any] | None, *, source: str = "(inline)") -> Stac
         data=data,
         source=source,
         warnings=tuple(w for w in warnings if not w.startswith(DISTRO_PREFIX)),
-        distro_warning=distro[0] if distro else None,
+        distro_warning="; ".join(distro) if distro else None,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,19 @@ import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONTENT = FIXTURES / "content"
+CAPTURES = FIXTURES / "captures"  # real command outputs, each with its public source (SOURCES.md)
 REPO = Path(__file__).resolve().parents[2]
+# The collection's Python (plugins/module_utils) imports itself as
+# ansible_collections.provision.gpu: the playbook-adjacent link makes that importable from a
+# checkout.
+COLLECTIONS = REPO / "playbooks" / "collections"
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
+
+
+def capture(name: str) -> str:
+    """A captured real output (tests/unit/fixtures/captures), comment lines of the capture kept."""
+    return (CAPTURES / name).read_text(encoding="utf-8")
 
 
 @pytest.fixture

@@ -180,7 +180,7 @@ def test_stack_show_and_validate(tmp_path: Path) -> None:
     assert r.exit_code == 0
     assert json.loads(r.stdout)["driver"]["branch"] == "535"
     r = invoke("stack", "show", "--vars")
-    assert "nvidia_driver_branch: '535'" in r.stdout
+    assert "gpu_stack_driver_branch: '535'" in r.stdout
     r = invoke("stack", "show")
     assert r.stdout.startswith("# source: built-in default")
     r = invoke("stack", "validate")

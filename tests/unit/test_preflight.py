@@ -246,8 +246,13 @@ def test_matrix_warnings() -> None:
     deb = pf.ProbeResult(
         host="h", address="h", port=22, os_id="debian", os_version="12", arch="x86_64"
     )
-    assert "unconfirmed" in pf.matrix_warnings(deb, distros, [], "12.1")[0]
+    # NVIDIA's debian12 repository starts at CUDA 12.3: the default stack stops there
+    assert "publishes no CUDA 12.1 packages" in pf.matrix_warnings(deb, distros, [], "12.1")[0]
     assert pf.matrix_warnings(deb, distros, ["debian12/x86_64"], "12.1") == []
+    noble = pf.ProbeResult(
+        host="h", address="h", port=22, os_id="ubuntu", os_version="24.04", arch="x86_64"
+    )
+    assert "unconfirmed" in pf.matrix_warnings(noble, distros, [], "12.1")[0]
     ubu = pf.ProbeResult(
         host="h", address="h", port=22, os_id="ubuntu", os_version="22.04", arch="x86_64"
     )

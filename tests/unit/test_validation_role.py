@@ -13,41 +13,21 @@ ROLE = REPO / "roles" / "validation"
 ROW = re.compile(r"^\| `(?P<name>[a-z_0-9]+)` \| (?P<type>\w+) \| `(?P<default>[^`]*)` \|")
 
 
-def _fmt(value: object) -> str:
-    if value == "":
-        return '""'
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value == {}:
-        return "{}"
-    return str(value)
-
-
 def _options() -> dict:
     spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))
     return spec["argument_specs"]["main"]["options"]
 
 
-def test_readme_table_matches_argument_spec_and_defaults() -> None:
-    options = _options()
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
-    readme = (ROLE / "README.md").read_text(encoding="utf-8")
-    rows = {m["name"]: m for m in map(ROW.match, readme.splitlines()) if m}
-    assert set(rows) == set(options) == set(defaults)
-    for name, opt in options.items():
-        assert name.startswith("validation_")
-        assert rows[name]["type"] == opt["type"], name
-        assert rows[name]["default"].replace("\\|", "|") == _fmt(defaults[name]), name
-        if "default" in opt:
-            assert opt["default"] == defaults[name], name
-
-
 def test_issue_variables_exist() -> None:
-    for name in ("validation_enabled", "validation_backend", "validation_nproc_per_node",
-                 "validation_timeout_s", "validation_init_timeout_s",
-                 "validation_network_interface", "validation_master_port",
-                 "validation_multinode", "validation_thresholds", "validation_python"):
+    """The role's own knobs; enabled/backend/nproc/timeout/interface/thresholds are the stack's
+    (gpu_stack_validation_*, shared through the gpu_stack role)."""
+    for name in ("validation_init_timeout_s", "validation_master_port", "validation_multinode",
+                 "validation_python"):
         assert name in _options(), name
+    shared = yaml.safe_load((REPO / "roles" / "gpu_stack" / "defaults" / "main.yml").read_text())
+    for name in ("enabled", "backend", "nproc_per_node", "timeout_s", "network_interface",
+                 "thresholds"):
+        assert f"gpu_stack_validation_{name}" in shared, name
 
 
 def test_tasks_publish_the_contract_and_change_nothing() -> None:
@@ -64,7 +44,7 @@ def test_tasks_publish_the_contract_and_change_nothing() -> None:
                 yield from walk(t.get(key, []))
 
     for t in walk(tasks):
-        mods = [k for k in t if k.startswith("ansible.builtin.")]
+        mods = [k for k in t if k.startswith(("ansible.builtin.", "provision.gpu."))]
         assert len(mods) <= 1, t.get("name")
         if mods and mods[0] in ("ansible.builtin.command", "ansible.builtin.copy",
                                 "ansible.builtin.tempfile", "ansible.builtin.file",
@@ -72,19 +52,23 @@ def test_tasks_publish_the_contract_and_change_nothing() -> None:
             assert t.get("changed_when") is False, t["name"]
             assert t.get("check_mode") is False, t["name"]
     # the run is bounded by coreutils timeout and torchrun never restarts a failed group
-    assert "'timeout', '-k', '10', validation_timeout_s" in text
+    assert "'timeout', '-k', '10', gpu_stack_validation_timeout_s" in text
     assert "'--max-restarts', '0'" in text
     assert "'--rdzv-backend', 'static'" in text
 
 
-def test_program_module_list_matches_files() -> None:
-    listed = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))
-    shipped = sorted(p.name for p in (ROLE / "files" / "provision_validate").glob("*.py"))
-    assert sorted(listed["__validation_modules"]) == shipped
+def test_program_is_copied_as_files() -> None:
+    """The program travels as the package's own files (copy of files/provision_validate/), not as
+    a JSON bundle unpacked by inline Python."""
+    text = (ROLE / "tasks" / "main.yml").read_text(encoding="utf-8")
+    assert "src: provision_validate/" in text
+    assert "bundle" not in text
+    assert (ROLE / "files" / "provision_validate" / "__main__.py").is_file()
 
 
-def test_validate_playbook_gathers_gpu_facts_then_runs_the_role() -> None:
+def test_validate_playbook_runs_the_role_which_probes_the_driver_first() -> None:
     play = yaml.safe_load((REPO / "playbooks" / "validate.yml").read_text(encoding="utf-8"))[0]
-    names = [next(k for k in t if k not in ("name", "check_mode")) for t in play["tasks"]]
-    assert names == ["provision.gpu.nvidia_gpu_facts", "ansible.builtin.include_role"]
-    assert play["tasks"][1]["ansible.builtin.include_role"]["name"] == "validation"
+    assert play["roles"] == [{"role": "provision.gpu.validation"}]
+    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text(encoding="utf-8"))
+    probes = [t for t in tasks if "provision.gpu.stack_probe" in t]
+    assert probes and probes[0]["provision.gpu.stack_probe"]["components"] == ["driver"]

@@ -1,0 +1,309 @@
+# -*- coding: utf-8 -*-
+# Copyright: the provision authors. Apache-2.0.
+"""What differs per operating system: supported releases, NVIDIA's repository directory, package
+names and version strings, the driver family, pins and holds, kernel headers.
+
+Runs on the target (Python 3.8+): standard library only. Every name here is public packaging, with
+the source next to it:
+  U1 canonical/nvidia-graphics-drivers:debian/templates/control.in (535-jammy): nvidia-driver-<B>
+     and its components, exact (=) dependencies, nvidia-compute-utils-<B> Provides+Conflicts
+     nvidia-persistenced, the -open and -server flavours, nvidia-firmware-<B>-<V>.
+  U2 NVIDIA/ansible-role-nvidia-driver:defaults/main.yml (cuda-drivers-<branch>);
+     dstackai/dstack#2355 (cuda-drivers-535 has only >= dependencies: pinning it pins nothing).
+  U3 NVIDIA/apt-packaging-fabric-manager:debian/templates/control.in, NVIDIA/gpu-driver-container:
+     ubuntu22.04/install.sh (nvidia-fabricmanager-<B>=<V>-1, libnvidia-nscq-<B>=<V>-1).
+  D1 GoogleCloudDataproc/initialization-actions#1400 and gpu/install_gpu_driver.sh (Debian:
+     nvidia-driver-cuda with nvidia-kernel-dkms / nvidia-kernel-open-dkms; contrib),
+     NVIDIA/nvidia-docker#1791 (cuda-drivers pulls nvidia-driver on Debian).
+  R1 NVIDIA/yum-packaging-precompiled-kmod:README.md, NVIDIA/cuda-repo-management:genmodules.py
+     (dnf module streams <B>-dkms, <B>-open; profiles default, fm),
+     NVIDIA/ansible-role-nvidia-driver:tasks/install-redhat.yml (@nvidia-driver:<B>-dkms).
+  R2 ansible/ansible#83357, #84769 and nodejs/build#4124: ansible-core >= 2.17 cannot manage
+     packages on EL8 (the dnf bindings exist only for platform-python 3.6).
+  L1 cuDNN 8 packages libcudnn8/libcudnn8-dev "<v>-1+cuda12.1" (deb) and "<v>-1.cuda12.1" (rpm);
+     NCCL libnccl2/libnccl-dev (deb), libnccl/libnccl-devel (rpm), "<v>-1+cuda12.1": public
+     Dockerfiles and install scripts (nvidia/container-images, pytorch/builder), and captured rpm
+     names (tests/unit/fixtures/captures/SOURCES.md).
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import re
+from typing import Any
+
+# Releases the stack supports, with the reason for each refusal the preflight gives.
+SUPPORTED = {
+    "ubuntu": ("20.04", "22.04", "24.04"),
+    "debian": ("11", "12"),
+    "rhel": ("9",),
+    "rocky": ("9",),
+    "almalinux": ("9",),
+}
+EL8_REASON = (
+    "EL8 is not supported: ansible-core 2.17 and newer cannot manage packages there (the dnf "
+    "bindings exist only for /usr/libexec/platform-python 3.6, which they no longer run: "
+    "ansible/ansible#83357, #84769); use EL9, or ansible-core 2.16 with another tool"
+)
+ARCH_DIRS = {"x86_64": "x86_64", "aarch64": "sbsa"}
+
+
+class Platform(object):
+    """The facts about one host's OS that decide names and paths."""
+
+    def __init__(self, os_release: dict[str, str], arch: str, kernel: str) -> None:
+        self.os_id = (os_release.get("ID") or "").lower()
+        like = (os_release.get("ID_LIKE") or "").lower().split()
+        self.version = os_release.get("VERSION_ID") or ""
+        self.codename = (
+            os_release.get("VERSION_CODENAME") or os_release.get("UBUNTU_CODENAME") or ""
+        )
+        self.name = os_release.get("PRETTY_NAME") or ("%s %s" % (self.os_id, self.version)).strip()
+        self.arch = arch
+        self.kernel = kernel
+        self.major = self.version.split(".")[0]
+        if self.os_id in ("ubuntu",):
+            self.family = "ubuntu"
+        elif self.os_id == "debian":
+            self.family = "debian"
+        elif self.os_id in ("rhel", "rocky", "almalinux", "centos", "ol") or "rhel" in like:
+            self.family = "redhat"
+        elif "debian" in like:
+            self.family = "debian"
+        else:
+            self.family = ""
+
+    # --------------------------------------------------------------------------- support
+    @property
+    def apt(self) -> bool:
+        return self.family in ("ubuntu", "debian")
+
+    @property
+    def repo_dir(self) -> str:
+        """NVIDIA's repository directory: ubuntu2204, debian11 (major only), rhel9 (Rocky/Alma)."""
+        if self.family == "ubuntu":
+            return "ubuntu" + self.version.replace(".", "")
+        if self.family == "debian":
+            return "debian" + self.major
+        if self.family == "redhat":
+            return "rhel" + self.major
+        return ""
+
+    @property
+    def arch_dir(self) -> str:
+        return ARCH_DIRS.get(self.arch, "")
+
+    def support(self) -> tuple[bool, str]:
+        """(supported, reason)."""
+        if self.family == "redhat" and self.major == "8":
+            return False, EL8_REASON
+        versions = SUPPORTED.get(self.os_id)
+        if versions is None:
+            return False, "unsupported distribution %s" % (self.name or self.os_id or "unknown")
+        key = self.version if self.os_id == "ubuntu" else self.major
+        if key not in versions:
+            return False, "unsupported release %s (supported: %s %s)" % (
+                self.name,
+                self.os_id,
+                ", ".join(versions),
+            )
+        if not self.arch_dir:
+            return False, "unsupported architecture %s (x86_64 or aarch64)" % self.arch
+        if self.family == "debian" and self.arch_dir != "x86_64":
+            return False, "NVIDIA publishes no Debian repository for %s" % self.arch
+        return True, "supported"
+
+    # --------------------------------------------------------------------------- driver
+    def driver_install(self, branch: str, flavor: str) -> list[list[str]]:
+        """The driver install, as transactions in NVIDIA's documented order."""
+        if self.family == "ubuntu":
+            if flavor == "open":
+                # NVIDIA's guide: install the open kernel module package first, then the branch meta
+                return [["nvidia-kernel-open-%s" % branch], ["cuda-drivers-%s" % branch]]
+            return [["cuda-drivers-%s" % branch]]
+        if self.family == "debian":
+            module = "nvidia-kernel-open-dkms" if flavor == "open" else "nvidia-kernel-dkms"
+            return [[module, "nvidia-driver-cuda", "nvidia-persistenced"]]
+        if self.family == "redhat":
+            stream = "%s-%s" % (branch, "open" if flavor == "open" else "dkms")
+            return [["@nvidia-driver:%s" % stream, "nvidia-persistenced"]]
+        return []
+
+    def driver_main_packages(self) -> list[str]:
+        """Regexes of the packages whose version is the installed driver's (first match wins)."""
+        if self.family == "ubuntu":
+            return [
+                r"^nvidia-driver-(\d+)(-server)?(-open)?$",
+                r"^nvidia-headless-no-dkms-(\d+)(-server)?(-open)?$",
+                r"^nvidia-utils-(\d+)(-server)?$",
+            ]
+        if self.family == "debian":
+            return [r"^nvidia-driver-cuda$", r"^nvidia-driver$", r"^libcuda1$", r"^nvidia-smi$"]
+        if self.family == "redhat":
+            return [r"^nvidia-driver$", r"^nvidia-driver-cuda$", r"^nvidia-driver-libs$"]
+        return []
+
+    def driver_family_re(self) -> str:
+        """Every package of an installed driver, of any branch (holds, pins, removal)."""
+        if self.family == "ubuntu":
+            return (
+                r"^(cuda-drivers(-\d+)?|cuda-drivers-fabricmanager(-\d+)?|"
+                r"nvidia-(driver|headless|headless-no-dkms|utils|compute-utils|dkms|kernel-common|"
+                r"kernel-source|kernel-open|fabricmanager|fabricmanager-dev)-\d+(-server)?(-open)?|"
+                r"nvidia-firmware-\d+(-server)?-[0-9.]+|"
+                r"libnvidia-(compute|common|gl|extra|decode|encode|cfg1|fbc1|nscq)-\d+(-server)?|"
+                r"xserver-xorg-video-nvidia-\d+(-server)?|"
+                r"linux-(modules|objects|signatures)-nvidia-.*)$"
+            )
+        if self.family == "debian":
+            return (
+                r"^(cuda-drivers(-\d+)?|cuda-drivers-fabricmanager(-\d+)?|nvidia-driver(-cuda|-libs|-bin)?|"
+                r"nvidia-kernel-(open-)?dkms|nvidia-kernel-support|nvidia-alternative|nvidia-smi|"
+                r"nvidia-persistenced|nvidia-modprobe|nvidia-cuda-mps|nvidia-vdpau-driver|"
+                r"nvidia-egl-icd|nvidia-opencl-icd|nvidia-fabricmanager(-dev)?(-\d+)?|"
+                r"libnvidia-[a-z0-9-]+|libcuda1|libgl1-nvidia-glvnd-glx|libglx-nvidia0|"
+                r"libegl-nvidia0|firmware-nvidia-gsp|xserver-xorg-video-nvidia)$"
+            )
+        if self.family == "redhat":
+            return (
+                r"^(nvidia-driver.*|kmod-nvidia.*|nvidia-kmod.*|nvidia-modprobe|nvidia-persistenced|"
+                r"nvidia-settings|nvidia-xconfig|nvidia-libXNVCtrl.*|cuda-drivers.*|"
+                r"nvidia-fabric-?manager.*|libnvidia-.*)$"
+            )
+        return "^$"
+
+    def is_driver_package(self, name: str) -> bool:
+        return re.match(self.driver_family_re(), name) is not None
+
+    def package_branch(self, name: str, version: str) -> str | None:
+        """The driver branch a driver package belongs to: from its name on Ubuntu (-535),
+        from its upstream version elsewhere."""
+        if self.family == "ubuntu":
+            m = re.search(r"-(\d{3})(?:-server)?(?:-open)?(?:-[0-9.]+)?$", name)
+            if m:
+                return m.group(1)
+            m = re.match(r"^linux-(?:modules|objects)-nvidia-(\d{3})", name)
+            if m:
+                return m.group(1)
+        upstream = upstream_version(version)
+        m = re.match(r"^(\d{3})\.", upstream)
+        return m.group(1) if m else None
+
+    def canonical_flavour(self, name: str) -> bool:
+        """Canonical's own builds (Ubuntu archive): -server flavours and signed prebuilt modules."""
+        return self.family == "ubuntu" and ("-server" in name or name.startswith("linux-"))
+
+    def fabricmanager_packages(self, branch: str) -> list[str]:
+        if self.family == "redhat":
+            return ["nvidia-fabricmanager" if int(branch) >= 580 else "nvidia-fabric-manager"]
+        if int(branch) >= 580:
+            return ["nvidia-fabricmanager", "libnvidia-nscq"]
+        return ["nvidia-fabricmanager-%s" % branch, "libnvidia-nscq-%s" % branch]
+
+    def fabricmanager_re(self) -> str:
+        if self.family == "redhat":
+            return r"^nvidia-fabric-?manager$"
+        return (
+            r"^(nvidia-fabricmanager(-\d+)?|libnvidia-nscq(-\d+)?|"
+            r"cuda-drivers-fabricmanager(-\d+)?)$"
+        )
+
+    def persistenced_is_virtual(self) -> bool:
+        """On Ubuntu nvidia-persistenced is a name nvidia-compute-utils-<B> provides and conflicts
+        with (and a real 580 package in NVIDIA's repo): never install it there (U1)."""
+        return self.family == "ubuntu"
+
+    def apt_pin(self, branch: str, version: str) -> str:
+        """apt preferences that make the branch (or the exact version) every driver package's
+        candidate, so that a transaction never mixes versions (exact (=) dependencies) and an older
+        version of the branch installs (U1, U2)."""
+        if not self.apt:
+            return ""
+        pin = "version %s-*" % version if version else "version %s.*" % branch
+        if self.family == "ubuntu":
+            names = (
+                r"/^(cuda-drivers(-fabricmanager)?-%(b)s|nvidia-.*-%(b)s(-open)?|libnvidia-.*-%(b)s|"
+                r"xserver-xorg-video-nvidia-%(b)s|nvidia-firmware-%(b)s-.*|nvidia-modprobe|"
+                r"nvidia-settings|libxnvctrl0)$/" % {"b": branch}
+            )
+        else:
+            names = (
+                r"/^(cuda-drivers.*|nvidia-.*|libnvidia-.*|libcuda1|libgl1-nvidia-glvnd-glx|"
+                r"libglx-nvidia0|libegl-nvidia0|firmware-nvidia-gsp|xserver-xorg-video-nvidia)$/"
+            )
+        return (
+            "# Managed by provision (nvidia_driver role): the NVIDIA driver %s\n"
+            "Package: %s\nPin: %s\nPin-Priority: 1001\n"
+            % ("version " + version if version else "branch " + branch, names, pin)
+        )
+
+    # --------------------------------------------------------------------------- kernel
+    def kernel_headers(self) -> list[str]:
+        """Headers of the running kernel and the flavour's meta package, so that DKMS builds for the
+        kernels updates bring (GoogleCloudPlatform/compute-gpu-installation installs
+        linux-headers-gcp for that reason)."""
+        if self.family == "redhat":
+            return ["kernel-devel-matched", "kernel-devel", "kernel-headers", "dkms"]
+        if not self.apt:
+            return []
+        out = ["linux-headers-%s" % self.kernel]
+        flavour = kernel_flavour(self.kernel)
+        if flavour:
+            out.append("linux-headers-%s" % flavour)
+        out.append("dkms")
+        return out
+
+    def headers_dir(self) -> str:
+        if self.family == "redhat":
+            return "/usr/src/kernels/%s" % self.kernel
+        return "/lib/modules/%s/build" % self.kernel
+
+    def initramfs_command(self) -> list[str]:
+        return ["dracut", "--force"] if self.family == "redhat" else ["update-initramfs", "-u"]
+
+    # --------------------------------------------------------------------------- CUDA & libraries
+    def toolkit_package(self, cuda: str) -> str:
+        return "cuda-toolkit-%s" % cuda.replace(".", "-")
+
+    def toolkit_traps(self, cuda: str) -> list[str]:
+        """Never installed: they float to the newest toolkit (`cuda`) or pull the newest driver
+        branch (`cuda-12-1` -> cuda-runtime-12-1 -> cuda-drivers (>= 530.30.02))."""
+        return ["cuda", "cuda-%s" % cuda.replace(".", "-")]
+
+    def library_packages(self, component: str, stack: dict[str, Any]) -> tuple[list[str], str]:
+        """(package names, package version) of cuDNN or NCCL built for the stack's CUDA (L1)."""
+        cuda = str(stack["cuda"]["version"])
+        cuda_major = cuda.split(".", maxsplit=1)[0]
+        rpm = self.family == "redhat"
+        if component == "cudnn":
+            version = str(stack["cudnn"]["version"])
+            build = str(stack["cudnn"].get("build") or "")
+            if version.split(".", maxsplit=1)[0] == "8":
+                names = ["libcudnn8", "libcudnn8-devel" if rpm else "libcudnn8-dev"]
+                sep = "." if rpm else "+"
+                return names, "%s-1%s%s" % (version, sep, build)
+            dev = "libcudnn9-devel-cuda-%s" if rpm else "libcudnn9-dev-cuda-%s"
+            names = [
+                "cudnn9-cuda-%s" % cuda_major,
+                "libcudnn9-cuda-%s" % cuda_major,
+                dev % cuda_major,
+            ]
+            return names, "%s-1" % version
+        version = str(stack["nccl"]["version"])
+        build = str(stack["nccl"].get("build") or "")
+        names = ["libnccl", "libnccl-devel"] if rpm else ["libnccl2", "libnccl-dev"]
+        return names, "%s-1+%s" % (version, build)
+
+
+def upstream_version(version: str) -> str:
+    """`535.129.03-0ubuntu1` -> `535.129.03`; `3:535.154.05-1.el9` -> `535.154.05`."""
+    version = version or ""
+    if ":" in version:
+        version = version.split(":", 1)[1]
+    return version.split("-", 1)[0]
+
+
+def kernel_flavour(kernel: str) -> str:
+    """`5.15.0-91-generic` -> generic, `6.8.0-1015-aws` -> aws, `5.10.0-26-cloud-amd64` ->
+    cloud-amd64, `6.1.0-13-amd64` -> amd64; "" when the release names none."""
+    m = re.match(r"^\d+\.\d+\.\d+-\d+(?:\.\d+)?-([a-z][a-z0-9-]*)$", kernel or "")
+    return m.group(1) if m else ""

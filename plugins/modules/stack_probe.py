@@ -1,0 +1,210 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: the provision authors. Apache-2.0.
+"""Ansible module provision.gpu.stack_probe: probe a GPU host once, judge it against the stack."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: stack_probe
+short_description: Probe a GPU host in one round trip and judge it against the stack
+description:
+  - Gathers, in one pass on the host, what the roles of provision.gpu need to know (packages and
+    versions, holds and versionlocks, alternatives and /usr/local/cuda, profile.d and ld.so.conf
+    entries, NVIDIA modules per kernel, Secure Boot, nouveau, nvidia-persistenced and fabric manager
+    unit states, GPU facts from nvidia-smi and lspci, the torch probe inside the venv), and
+    judges it in pure Python against the stack.
+  - Returns the check records (C(provision_checks)), report facts (C(provision_report)), the change
+    plan the roles carry out (C(provision_plan)) and the GPU facts (C(nvidia_gpu)).
+  - Read-only; supports check mode, where a difference from the stack is C(drift), not C(fail).
+options:
+  stack:
+    description: The desired state, as the gpu_stack role composes it (C(gpu_stack_desired)).
+    type: dict
+    required: true
+  components:
+    description: What to probe and judge.
+    type: list
+    elements: str
+    choices: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch]
+    default: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch]
+  require:
+    description:
+      - Check ids (or C(prefix.*) patterns) that must not C(fail); when one does, the task fails
+        with every failing check's message (the checks are still returned). Never in check mode.
+    type: list
+    elements: str
+    default: []
+  wait_timeout_s:
+    description:
+      - Before probing, wait at most this long for C(cloud-init status --wait) and for the package
+        manager's locks (dpkg, rpm) to be free; fail naming the lock holder's pid and name when
+        the bound passes. 0 does not wait. Not in check mode.
+    type: int
+    default: 0
+  return_facts:
+    description: Also return the raw collected facts as C(provision_probe) (debugging).
+    type: bool
+    default: false
+author:
+  - provision authors
+"""
+
+EXAMPLES = r"""
+- name: Probe the driver state and plan the changes
+  provision.gpu.stack_probe:
+    stack: "{{ gpu_stack_desired }}"
+    components: [driver]
+    require: [driver.secure_boot]
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: provision_checks (list), provision_report (dict), provision_plan (dict per
+    component), nvidia_gpu (dict, when GPU facts were collected), provision_probe (dict, with
+    return_facts).
+  returned: always
+  type: dict
+"""
+
+import fnmatch
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.gpu.plugins.module_utils import collect as c
+from ansible_collections.provision.gpu.plugins.module_utils import evaluate as ev
+
+COMPONENTS = list(ev.COMPONENTS)
+
+
+class ModuleIO(c.HostIO):
+    """Commands through subprocess with a clean locale and an optional timeout."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def run(self, argv, timeout=None, env=None):
+        exe = argv[0]
+        if not os.path.isabs(exe):
+            found = self.which(exe)
+            if found is None:
+                return 127, "", "%s: command not found" % exe
+            exe = found
+        environ = dict(os.environ, LC_ALL="C", LANG="C")
+        environ.update(env or {})
+        try:
+            proc = subprocess.Popen(
+                [exe, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ
+            )
+        except OSError as exc:
+            return 127, "", str(exc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return -9, "", "timed out after %s s" % timeout
+        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def policy_names(stack):
+    """Packages whose apt policy the checks read: the toolkit, the driver metas, the headers."""
+    cuda = str((stack.get("cuda") or {}).get("version"))
+    branch = str((stack.get("driver") or {}).get("branch"))
+
+    def names(plat):
+        out = [
+            plat.toolkit_package(cuda),
+            "cuda-drivers-%s" % branch,
+            "nvidia-driver-%s" % branch,
+            "nvidia-driver-cuda",
+        ]
+        out.extend(plat.kernel_headers())
+        return out
+
+    return names
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "stack": {"type": "dict", "required": True},
+            "components": {
+                "type": "list",
+                "elements": "str",
+                "choices": COMPONENTS,
+                "default": COMPONENTS,
+            },
+            "require": {"type": "list", "elements": "str", "default": []},
+            "wait_timeout_s": {"type": "int", "default": 0},
+            "return_facts": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    stack = module.params["stack"]
+    components = module.params["components"]
+    io = ModuleIO(module)
+    params = {
+        "disk_path": (stack.get("preflight") or {}).get("disk_path"),
+        "cuda_version": (stack.get("cuda") or {}).get("version"),
+        "env_profile_file": (stack.get("env") or {}).get("profile_file"),
+        "pytorch_python": (stack.get("pytorch") or {}).get("python"),
+        "pytorch_venv": (stack.get("pytorch") or {}).get("venv"),
+    }
+    waited = None
+    if module.params["wait_timeout_s"] > 0 and not module.check_mode:
+        os_facts = c.os_section(io, params)
+        family = c.Platform(os_facts["os_release"], os_facts["arch"], os_facts["kernel"]).family
+        waited = c.wait_for_host(io, family, module.params["wait_timeout_s"])
+        if not waited["ok"]:
+            check = {
+                "id": "preflight.package_manager",
+                "status": "fail",
+                "expected": "cloud-init done and the package manager free within %d s"
+                % module.params["wait_timeout_s"],
+                "actual": waited["message"],
+                "message": waited["message"],
+                "remediation": "wait for the first-boot work to finish, then rerun",
+            }
+            module.fail_json(
+                msg=waited["message"], ansible_facts={"provision_checks": [check]}, waited=waited
+            )
+    sections = ev.sections_for(components)
+    if "repo" in components:
+        plat_facts = c.os_section(io, params)
+        plat = c.Platform(plat_facts["os_release"], plat_facts["arch"], plat_facts["kernel"])
+        if plat.family == "redhat":
+            params["repo_id"] = "cuda-%s-%s" % (plat.repo_dir, plat.arch_dir)
+    facts = c.collect(sections, params, io, policy_names=policy_names(stack))
+    result = ev.evaluate(components, facts, stack, check_mode=module.check_mode)
+    ansible_facts = {
+        "provision_checks": result["checks"],
+        "provision_report": result["report"],
+        "provision_plan": result["plan"],
+    }
+    if "gpu" in facts:
+        ansible_facts["nvidia_gpu"] = facts["gpu"]
+    if module.params["return_facts"]:
+        ansible_facts["provision_probe"] = facts
+    failing = []
+    if module.params["require"] and not module.check_mode:
+        for check in result["checks"]:
+            if check["status"] == "fail" and any(
+                fnmatch.fnmatchcase(check["id"], pattern) for pattern in module.params["require"]
+            ):
+                failing.append(check)
+    if failing:
+        module.fail_json(
+            msg="; ".join("%s: %s" % (x["id"], x["message"]) for x in failing),
+            ansible_facts=ansible_facts,
+            failed_checks=[x["id"] for x in failing],
+        )
+    module.exit_json(changed=False, ansible_facts=ansible_facts, waited=waited)
+
+
+if __name__ == "__main__":
+    main()

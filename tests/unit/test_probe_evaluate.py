@@ -1,0 +1,463 @@
+"""The probe's evaluator (plugins/module_utils/evaluate.py): checks and change plans per OS.
+
+Each test names the real-repository fact it rests on. Hosts come from probe_fakes.FakeHost, built
+from captured outputs where captures exist.
+"""
+
+from __future__ import annotations
+
+import re
+
+import probe_fakes as pf
+from ansible_collections.provision.gpu.plugins.module_utils import collect as c
+from ansible_collections.provision.gpu.plugins.module_utils.evaluate import profile_script
+from probe_fakes import FakeHost, judge, stack
+
+ALL = ["preflight", "repo", "driver", "cuda", "cudnn", "nccl", "env", "pytorch"]
+V_OLD, V_NEW = "535.129.03", "535.154.05"
+UBUNTU_535 = {  # what cuda-drivers-535 brings on ubuntu2204 (canonical control.in, 535 branch)
+    "cuda-drivers-535": f"{V_OLD}-1",
+    "nvidia-driver-535": f"{V_OLD}-0ubuntu1",
+    "nvidia-utils-535": f"{V_OLD}-0ubuntu1",
+    "nvidia-compute-utils-535": f"{V_OLD}-0ubuntu1",
+    "libnvidia-compute-535": f"{V_OLD}-0ubuntu1",
+    "nvidia-dkms-535": f"{V_OLD}-0ubuntu1",
+    "nvidia-kernel-common-535": f"{V_OLD}-0ubuntu1",
+    f"nvidia-firmware-535-{V_OLD}": f"{V_OLD}-0ubuntu1",
+}
+
+
+def ubuntu_with_driver(held: bool = True, **units: str) -> FakeHost:
+    h = FakeHost().gpus(V_OLD, nvswitch=False)
+    h.dpkg(UBUNTU_535, held=tuple(UBUNTU_535) if held else ())
+    h.units(
+        {
+            "LoadState": "loaded",
+            "ActiveState": units.get("active", "active"),
+            "UnitFileState": "static",
+            "ExecStart": "{ path=/usr/bin/nvidia-persistenced ; "
+            "argv[]=/usr/bin/nvidia-persistenced "
+            "--user nvidia-persistenced --persistence-mode --verbose ; }",
+            "FragmentPath": "/lib/systemd/system/nvidia-persistenced.service",
+        },
+        fragment=pf.conftest.capture("unit-file__nvidia-persistenced_ubuntu_535_server_jammy.txt"),
+    )
+    return h
+
+
+# ------------------------------------------------------------------- 1. Ubuntu persistenced
+
+
+def test_ubuntu_never_installs_nvidia_persistenced() -> None:
+    """nvidia-compute-utils-535 Provides+Conflicts nvidia-persistenced; NVIDIA's ubuntu2204 repo
+    also has a real 580 nvidia-persistenced whose install removes the 535 driver."""
+    r = judge(FakeHost().gpus(), ["driver"])
+    plan = r["plan"]["driver"]
+    assert all("nvidia-persistenced" not in t for t in plan["transactions"])
+    assert plan["persistenced"]["install"] == []
+    # persistence mode on through a drop-in, since the packaged unit runs --no-persistence-mode
+    exec_lines = [
+        ln
+        for ln in plan["persistenced"]["dropin_content"].splitlines()
+        if ln.startswith("ExecStart=")
+    ]
+    assert exec_lines[0] == "ExecStart="  # resets the packaged command
+    assert "--persistence-mode" in exec_lines[1].split()
+    assert "--no-persistence-mode" not in exec_lines[1]
+    assert "StopWhenUnneeded=false" in plan["persistenced"]["dropin_content"]
+    assert plan["persistenced"]["enable"] is False  # static unit: udev starts it
+
+
+def test_persistence_check_passes_on_ubuntu_only_with_the_dropin_and_enabled_gpus() -> None:
+    h = ubuntu_with_driver()
+    plan = judge(h, ["driver"])["plan"]["driver"]
+    h.files["/etc/systemd/system/nvidia-persistenced.service.d/provision.conf"] = plan[
+        "persistenced"
+    ]["dropin_content"]
+    assert judge(h, ["driver"])["by_id"]["driver.persistence"]["status"] == "pass"
+    # the packaged behaviour: running, but persistence mode Disabled on the GPUs
+    h.gpus(V_OLD, persistence="Disabled", nvswitch=False)
+    assert judge(h, ["driver"])["by_id"]["driver.persistence"]["status"] == "fail"
+
+
+def test_el_and_debian_install_the_real_persistenced() -> None:
+    el = judge(FakeHost(pf.ROCKY_9).gpus(), ["driver"])["plan"]["driver"]
+    assert any("nvidia-persistenced" in t for t in el["transactions"])
+    deb = judge(FakeHost(pf.DEBIAN_11).gpus(), ["driver"])["plan"]["driver"]
+    assert any("nvidia-persistenced" in t for t in deb["transactions"])
+
+
+# ---------------------------------------------------------------- 2. pinned driver.version
+
+
+def test_pinned_version_pins_every_component_by_apt_preferences() -> None:
+    """nvidia-driver-535 depends with (=) on ~a dozen components, and nvidia-dkms-535 on a
+    per-version nvidia-firmware-535-<V>: apt picks candidates, so an older version needs them all
+    pinned (NVIDIA/open-gpu-kernel-modules#537)."""
+    r = judge(FakeHost().gpus(), ["driver"], stack(**{"driver.version": V_OLD}))
+    pin = r["plan"]["driver"]["pin_content"]
+    assert f"Pin: version {V_OLD}-*" in pin
+    assert "Pin-Priority: 1001" in pin  # > 1000: allows the downgrade to an older version
+    regex = re.search(r"^Package: /(.*)/$", pin, re.M).group(1)
+    for name in (
+        "nvidia-driver-535",
+        "libnvidia-gl-535",
+        "libnvidia-compute-535",
+        "nvidia-compute-utils-535",
+        "xserver-xorg-video-nvidia-535",
+        "nvidia-dkms-535",
+        "nvidia-kernel-common-535",
+        f"nvidia-firmware-535-{V_OLD}",
+        "cuda-drivers-535",
+        "nvidia-fabricmanager-535",
+        "libnvidia-nscq-535",
+        "nvidia-modprobe",
+    ):
+        assert re.match(regex, name), name
+    assert not re.match(regex, "nvidia-driver-550")
+
+
+def test_version_change_unholds_and_flags_drift() -> None:
+    h = ubuntu_with_driver()
+    r = judge(h, ["driver"], stack(**{"driver.version": V_NEW}), check_mode=True)
+    assert r["by_id"]["driver.version"]["status"] == "drift"
+    plan = judge(h, ["driver"], stack(**{"driver.version": V_NEW}))["plan"]["driver"]
+    assert plan["change"] and "nvidia-driver-535" in plan["unhold"]
+
+
+# ---------------------------------------------------------- 3. services before the reboot
+
+
+def test_mismatch_after_install_means_reboot_and_no_services() -> None:
+    h = ubuntu_with_driver()
+    h.commands["nvidia-smi"] = (18, pf.SMI_MISMATCH, "")
+    r = judge(h, ["driver"])
+    plan = r["plan"]["driver"]
+    assert plan["reboot_needed"] is True
+    assert plan["module_loaded"] is False  # services.yml starts nothing until the module is loaded
+    assert r["by_id"]["driver.reboot"]["status"] == "fail"
+    assert r["by_id"]["driver.module_loaded"]["remediation"] == "reboot"
+
+
+# ------------------------------------------------------------- 4. Debian names and release
+
+
+def test_debian11_uses_debian_names_a_branch_pin_and_contrib() -> None:
+    """NVIDIA's Debian repositories: nvidia-driver-cuda, nvidia-kernel-dkms (open:
+    nvidia-kernel-open-dkms), versions <V>-1, contrib needed (GoogleCloudDataproc/
+    initialization-actions#1400; NVIDIA/apt-packaging-fabric-manager#2)."""
+    h = FakeHost(pf.DEBIAN_11, kernel="5.10.0-26-cloud-amd64").gpus()
+    h.files["/etc/apt/sources.list"] = "deb http://deb.debian.org/debian bullseye main\n"
+    r = judge(h, ["repo", "driver"])
+    plan = r["plan"]["driver"]
+    names = [n for t in plan["transactions"] for n in t]
+    assert "nvidia-driver-cuda" in names and "nvidia-kernel-dkms" in names
+    assert not any(n.startswith(("nvidia-driver-5", "cuda-drivers-5")) for n in names)
+    assert "Pin: version 535.*" in plan["pin_content"]
+    assert "linux-headers-cloud-amd64" in names  # the flavour's meta package
+    rewrite = {x["path"]: x["content"] for x in r["plan"]["repo"]["rewrite"]}
+    assert (
+        rewrite["/etc/apt/sources.list"]
+        == "deb http://deb.debian.org/debian bullseye main contrib\n"
+    )
+    assert r["by_id"]["repo.contrib"]["status"] == "fail"
+    open_plan = judge(h, ["driver"], stack(**{"driver.flavor": "open"}))["plan"]["driver"]
+    assert "nvidia-kernel-open-dkms" in [n for t in open_plan["transactions"] for n in t]
+
+
+def test_default_stack_on_debian12_stops_in_preflight_with_the_reason() -> None:
+    r = judge(FakeHost(pf.DEBIAN_12).gpus(), ["preflight"])
+    check = r["by_id"]["preflight.cuda_repo"]
+    assert check["status"] == "fail"
+    assert "debian12/x86_64" in check["message"] and "12.1" in check["message"]
+    # unless the mirror declares it carries CUDA 12.1 for debian12
+    carried = stack(**{"mirrors.carries": ["debian12/x86_64"]})
+    assert (
+        judge(FakeHost(pf.DEBIAN_12).gpus(), ["preflight"], carried)["by_id"][
+            "preflight.cuda_repo"
+        ]["status"]
+        == "pass"
+    )
+
+
+# --------------------------------------------------------------------------------- 5. EL8
+
+
+def test_el8_is_refused_in_preflight_with_the_reason() -> None:
+    check = judge(FakeHost(pf.ROCKY_8).gpus(), ["preflight"])["by_id"]["preflight.os"]
+    assert check["status"] == "fail"
+    assert "EL8" in check["message"] and "platform-python" in check["message"]
+
+
+# -------------------------------------------------------------------------- 6. first boot
+
+
+def test_wait_for_a_dpkg_lock_then_proceed() -> None:
+    h = FakeHost()
+    h.files["/var/lib/dpkg/lock-frontend"] = ""
+    ino = h.inode("/var/lib/dpkg/lock-frontend")
+    assert ino is not None
+    line = f"1: POSIX  ADVISORY  WRITE 2448 {ino[0]:02x}:{ino[1]:02x}:{ino[2]} 0 EOF\n"
+    h.files["/proc/2448/comm"] = "unattended-upgr\n"
+
+    def read(path: str, _orig=h.read) -> str | None:
+        if path == "/proc/locks":
+            return line if h.clock < 20 else ""
+        return _orig(path)
+
+    h.read = read  # type: ignore[method-assign]
+    done = c.wait_for_host(h, "ubuntu", timeout_s=60)
+    assert done["ok"] and 20 <= done["waited_s"] < 30
+    h.clock = 0
+    stuck = c.wait_for_host(h, "ubuntu", timeout_s=10)
+    assert not stuck["ok"]
+    assert "process 2448 (unattended-upgr)" in stuck["message"]
+    assert "/var/lib/dpkg/lock-frontend" in stuck["message"]
+
+
+def test_wait_gives_up_on_cloud_init_with_a_message() -> None:
+    h = FakeHost()
+    h.binaries.add("cloud-init")
+    h.commands["cloud-init status --wait"] = (-9, "", "timed out")
+    res = c.wait_for_host(h, "ubuntu", timeout_s=5)
+    assert not res["ok"] and "cloud-init still running" in res["message"]
+
+
+# ----------------------------------------------------------------------- 7. kernel headers
+
+
+def test_kernel_headers_include_the_flavour_meta_package() -> None:
+    for kernel, meta in (
+        ("5.15.0-91-generic", "linux-headers-generic"),
+        ("6.8.0-1015-aws", "linux-headers-aws"),
+        ("6.5.0-1020-azure", "linux-headers-azure"),
+        ("6.1.0-13-amd64", "linux-headers-amd64"),
+    ):
+        plan = judge(FakeHost(kernel=kernel).gpus(), ["driver"])["plan"]["driver"]
+        assert f"linux-headers-{kernel}" in plan["kernel_packages"], kernel
+        assert meta in plan["kernel_packages"], kernel
+    el = judge(FakeHost(pf.ROCKY_9, kernel="5.14.0-427.el9.x86_64").gpus(), ["driver"])
+    assert "kernel-devel-matched" in el["plan"]["driver"]["kernel_packages"]
+
+
+# -------------------------------------------------------------- 8. preinstalled Canonical
+
+
+def canonical(branch: str, version: str) -> dict[str, str]:
+    rev = f"{version}-0ubuntu0.22.04.1"
+    return {
+        f"nvidia-driver-{branch}-server": rev,
+        f"nvidia-utils-{branch}-server": rev,
+        f"nvidia-compute-utils-{branch}-server": rev,
+        f"libnvidia-compute-{branch}-server": rev,
+        f"linux-modules-nvidia-{branch}-server-5.15.0-91-generic": "5.15.0-91.101+1",
+        "linux-signatures-nvidia-5.15.0-91-generic": "5.15.0-91.101+1",
+    }
+
+
+def test_canonical_server_driver_that_satisfies_the_stack_is_adopted() -> None:
+    h = FakeHost().gpus(V_OLD, nvswitch=False).dpkg(canonical("535", V_OLD))
+    r = judge(h, ["preflight", "driver"])
+    assert r["plan"]["driver"]["adopted"] is True
+    assert r["plan"]["driver"]["transactions"] == [
+        ["linux-headers-5.15.0-91-generic", "linux-headers-generic", "dkms"]
+    ]
+    assert r["plan"]["driver"]["remove"] == []
+    line = r["report"]["plan"][0]
+    assert (
+        line.startswith("driver: adopt nvidia-driver-535-server") and "nvidia-uninstall" not in line
+    )
+    assert r["by_id"]["driver.branch"]["status"] == "pass"
+    # Secure Boot on is fine with Canonical's signed prebuilt modules
+    h.binaries.add("mokutil")
+    h.commands["mokutil --sb-state"] = (0, pf.conftest.capture("mokutil-sb-state__enabled.txt"), "")
+    assert judge(h, ["driver"])["by_id"]["driver.secure_boot"]["status"] == "pass"
+
+
+def test_canonical_server_driver_of_another_branch_is_replaced_with_a_plan_line() -> None:
+    h = FakeHost().gpus("550.127.08", nvswitch=False).dpkg(canonical("550", "550.127.08"))
+    r = judge(h, ["preflight", "driver"])
+    plan = r["plan"]["driver"]
+    assert "nvidia-driver-550-server" in plan["remove"]
+    assert [n for n in plan["transactions"][0] if n.startswith("cuda")] == ["cuda-drivers-535"]
+    line = r["report"]["plan"][0]
+    assert line.startswith("driver: replace Canonical's nvidia-driver-550-server")
+    assert "nvidia-uninstall" not in line
+
+
+# ---------------------------------------------------------------------------- 9. open flavour
+
+
+def test_open_flavour_follows_nvidias_documented_order_on_ubuntu() -> None:
+    plan = judge(FakeHost().gpus(), ["driver"], stack(**{"driver.flavor": "open"}))["plan"][
+        "driver"
+    ]
+    assert plan["transactions"][0][-1] == "nvidia-kernel-open-535"
+    assert plan["transactions"][1][0] == "cuda-drivers-535"
+    el = judge(FakeHost(pf.ROCKY_9).gpus(), ["driver"], stack(**{"driver.flavor": "open"}))
+    assert "@nvidia-driver:535-open" in el["plan"]["driver"]["transactions"][0]
+
+
+def test_open_flavour_refused_on_pre_turing() -> None:
+    h = FakeHost().gpus()
+    # every GPU Volta (7.0)
+    h.commands["nvidia-smi --query-gpu=index,compute_cap"] = (
+        0,
+        "".join(f"{i}, 7.0\n" for i in range(8)),
+        "",
+    )
+    r = judge(h, ["driver"], stack(**{"driver.flavor": "open"}))
+    assert r["by_id"]["driver.flavor"]["status"] == "fail"
+
+
+# ------------------------------------------------------------------- 10. EL holds and suffixes
+
+
+def test_el_library_holds_pass_with_dashed_names_and_rpm_suffixes() -> None:
+    h = FakeHost(pf.ROCKY_9)
+    rpm = "\n".join(
+        [
+            "libcudnn8|0:8.9.2.26-1.cuda12.1|x86_64",
+            "libcudnn8-devel|0:8.9.2.26-1.cuda12.1|x86_64",
+            "libnccl|0:2.18.3-1+cuda12.1|x86_64",
+            "libnccl-devel|0:2.18.3-1+cuda12.1|x86_64",
+        ]
+    )
+    h.commands["rpm -qa"] = (0, rpm + "\n", "")
+    h.files["/etc/dnf/plugins/versionlock.list"] = (
+        "libcudnn8-0:8.9.2.26-1.cuda12.1.*\nlibcudnn8-devel-0:8.9.2.26-1.cuda12.1.*\n"
+        "libnccl-0:2.18.3-1+cuda12.1.*\nlibnccl-devel-0:2.18.3-1+cuda12.1.*\n"
+    )
+    r = judge(h, ["cudnn", "nccl"])
+    for cid in ("cudnn.version", "cudnn.hold", "nccl.version", "nccl.hold"):
+        assert r["by_id"][cid]["status"] == "pass", r["by_id"][cid]
+    assert r["plan"]["cudnn"]["install"] == [
+        "libcudnn8-8.9.2.26-1.cuda12.1",
+        "libcudnn8-devel-8.9.2.26-1.cuda12.1",
+    ]
+
+
+def test_el_preflight_plan_uses_the_rpm_suffix() -> None:
+    r = judge(FakeHost(pf.ROCKY_9).gpus(), ["preflight"])
+    assert "cudnn: install libcudnn8 8.9.2.26-1.cuda12.1" in r["report"]["plan"]
+    assert "nccl: install libnccl 2.18.3-1+cuda12.1" in r["report"]["plan"]
+
+
+# ------------------------------------------------------------------- 12. what PyTorch uses
+
+
+def test_report_names_torch_bundled_libraries_beside_the_system_packages() -> None:
+    h = FakeHost().dpkg({"libcudnn8": "8.9.2.26-1+cuda12.1", "libnccl2": "2.18.3-1+cuda12.1"})
+    h.files["/opt/pytorch/bin/python"] = ""
+    h.files["/opt/pytorch/bin/pip"] = ""
+    # torch 2.5.1+cu121 bundles nvidia-cudnn-cu12 9.1.0.70 and nvidia-nccl-cu12 2.21.5
+    h.commands["/opt/pytorch/bin/python -c"] = (
+        0,
+        (
+            '{"python": "3.11.2", "torch_version": "2.5.1+cu121", "torch_cuda": "12.1", '
+            '"cuda_available": true, "nccl_version": "2.21.5", "cudnn_version": 90100, '
+            '"torchvision": null, "torchaudio": null}\n'
+        ),
+        "",
+    )
+    rep = judge(h, ["cudnn", "nccl", "pytorch"])["report"]
+    assert rep["torch_bundled_cudnn_version"] == "9.1.0"
+    assert rep["torch_bundled_nccl_version"] == "2.21.5"
+    assert rep["system_cudnn_version"] == "8.9.2.26"
+    assert rep["system_nccl_version"] == "2.18.3"
+    assert "cudnn_version" not in rep and "nccl_version" not in rep
+
+
+# ------------------------------------------------------------------ 13. foreign CUDA paths
+
+GUIDE = (  # the widely copied multi-GPU guide's profile lines, after installing 12.1
+    "export PATH=/usr/local/cuda-11.3/bin${PATH:+:${PATH}}\n"
+    "export LD_LIBRARY_PATH=/usr/local/cuda-11.3/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}\n"
+)
+
+
+def env_host(extra: dict[str, str]) -> FakeHost:
+    h = FakeHost()
+    h.files["/etc/profile.d/cuda.sh"] = profile_script("12.1")
+    h.files.update(extra)
+    h.dirs.add("/usr/local/cuda-12.1")
+    h.commands["env -i"] = (
+        0,
+        (
+            "PATH=/usr/local/cuda-11.3/bin:/usr/local/cuda-12.1/bin:/usr/bin:/bin\n"
+            "LD=/usr/local/cuda-11.3/lib64:/usr/local/cuda-12.1/lib64\n"
+            "NVCC=/usr/local/cuda-11.3/bin/nvcc\n"
+            "Cuda compilation tools, release 11.3, V11.3.109\n"
+        ),
+        "",
+    )
+    return h
+
+
+def test_foreign_cuda_paths_are_named_by_file_and_line_and_drift() -> None:
+    h = env_host({"/etc/profile.d/zz-cuda-11.3.sh": GUIDE})
+    r = judge(h, ["env"], check_mode=True)
+    foreign = r["by_id"]["env.foreign_paths"]
+    assert foreign["status"] == "drift"
+    assert "/etc/profile.d/zz-cuda-11.3.sh:1" in foreign["actual"]
+    assert "/etc/profile.d/zz-cuda-11.3.sh:2" in foreign["actual"]
+    ld = r["by_id"]["env.ld_library_path"]
+    assert ld["status"] == "drift" and "/usr/local/cuda-11.3/lib64" in ld["actual"]
+    # the remediation is not the command that just failed
+    assert "zz-cuda-11.3.sh" in r["by_id"]["env.path"]["remediation"]
+    plan = judge(h, ["env"])["plan"]["env"]
+    (rewrite,) = plan["neutralize"]
+    assert rewrite["path"] == "/etc/profile.d/zz-cuda-11.3.sh"
+    assert all(
+        ln.startswith("# provision: foreign CUDA path disabled")
+        for ln in rewrite["content"].splitlines()
+    )
+    assert plan["blocked"] == []
+
+
+def test_foreign_paths_outside_profile_d_stop_the_run_naming_the_file() -> None:
+    h = env_host({"/etc/bash.bashrc": "alias ll='ls -l'\n" + GUIDE})
+    plan = judge(h, ["env"])["plan"]["env"]
+    assert plan["neutralize"] == []
+    assert plan["blocked"][0].startswith("/etc/bash.bashrc:2:")
+    # the switch off: profile.d lines are named, not rewritten
+    h2 = env_host({"/etc/profile.d/zz.sh": GUIDE})
+    off = judge(h2, ["env"], stack(**{"env.neutralize_foreign": False}))["plan"]["env"]
+    assert off["neutralize"] == [] and off["blocked"]
+
+
+# --------------------------------------------------------------------------- check statuses
+
+
+def test_fresh_host_check_mode_is_drift_not_fail() -> None:
+    h = FakeHost().gpus()
+    h.binaries.discard("nvidia-smi")
+    h.commands.pop("nvidia-smi")
+    r = judge(h, ALL, check_mode=True)
+    assert r["by_id"]["cuda.toolkit"]["status"] == "drift"
+    assert r["by_id"]["driver.branch"]["status"] == "drift"
+    assert r["by_id"]["preflight.gpu"]["status"] == "pass"
+    assert r["by_id"]["driver.module_loaded"]["status"] == "skip"
+    ids = [x["id"] for x in r["checks"]]
+    assert len(ids) == len(set(ids))
+    for x in r["checks"]:
+        assert set(x) == {"id", "status", "expected", "actual", "message", "remediation"}
+        assert x["status"] in ("pass", "drift", "fail", "skip")
+
+
+def test_fabric_manager_only_on_nvswitch_and_at_the_driver_version() -> None:
+    no_switch = judge(FakeHost().gpus(nvswitch=False), ["driver"])["plan"]["driver"]
+    assert no_switch["fabricmanager_install"] == []
+    h = (
+        FakeHost()
+        .gpus(V_OLD, nvswitch=True)
+        .dpkg(
+            {
+                **UBUNTU_535,
+                "nvidia-fabricmanager-535": f"{V_NEW}-1",
+                "libnvidia-nscq-535": f"{V_NEW}-1",
+            }
+        )
+    )
+    check = judge(h, ["driver"])["by_id"]["driver.fabricmanager"]
+    assert check["status"] == "fail"  # a version different from the driver's is broken, not drift

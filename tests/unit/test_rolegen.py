@@ -1,0 +1,84 @@
+"""Role defaults, argument specs and README variable tables come from one schema (make roles)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner import rolegen
+from provisioner import stack as stk
+
+REPO = Path(__file__).resolve().parents[2]
+VERSION_LITERAL = re.compile(r"12\.1|cu121|8\.9\.2|2\.18\.3|\b535\b")
+
+
+def test_generated_role_files_are_fresh() -> None:
+    """Fails when someone edits a role's defaults/argument_specs/README table by hand, or changes
+    the schema or the default stack without `make roles`."""
+    assert rolegen.main(["--check"]) == 0
+
+
+def test_every_role_variable_is_specified_and_role_prefixed() -> None:
+    schema = rolegen.load_schema()
+    for role, spec in schema["roles"].items():
+        for name in spec.get("variables") or {}:
+            assert name.startswith(role + "_"), name
+        specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+        assert set(specs["argument_specs"]["main"]["options"]) == set(spec.get("variables") or {})
+    on_disk = {p.parent.parent.name for p in REPO.glob("roles/*/meta/main.yml")}
+    assert on_disk == set(schema["roles"])
+
+
+def test_no_version_literal_in_role_code_outside_the_generated_defaults() -> None:
+    hits = []
+    for path in [
+        *REPO.glob("roles/*/tasks/*.yml"),
+        *REPO.glob("roles/*/vars/*.yml"),
+        *REPO.glob("roles/*/handlers/*.yml"),
+        *REPO.glob("roles/*/defaults/*.yml"),
+        *REPO.glob("playbooks/*.yml"),
+    ]:
+        if path.parts[-3:-1] == ("gpu_stack", "defaults"):
+            continue  # generated from the stack data
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if VERSION_LITERAL.search(line):
+                hits.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert hits == []
+
+
+def test_changing_the_stack_data_alone_moves_every_role(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The acceptance test of the one-source redesign: new driver/cuDNN/NCCL/torch versions in
+    default-stack.yml, nothing else edited; every generated default, spec and table follows."""
+    data = tmp_path / "data"
+    shutil.copytree(stk.DATA_DIR, data)
+    default = yaml.safe_load((data / "default-stack.yml").read_text())
+    default["driver"]["branch"] = "550"
+    default["cudnn"]["version"] = "8.9.3.28"
+    default["nccl"]["version"] = "2.18.1"
+    default["pytorch"]["version"] = "2.4.1"
+    (data / "default-stack.yml").write_text(yaml.safe_dump(default, sort_keys=False))
+    monkeypatch.setattr(stk, "DEFAULT_STACK", data / "default-stack.yml")
+    monkeypatch.setattr(stk, "MATRIX", data / "matrix.yml")
+    rendered = rolegen.render()
+    defaults = yaml.safe_load(rendered[rolegen.ROLES / "gpu_stack" / "defaults" / "main.yml"])
+    assert defaults["gpu_stack_driver_branch"] == "550"
+    assert defaults["gpu_stack_cudnn_version"] == "8.9.3.28"
+    assert defaults["gpu_stack_nccl_version"] == "2.18.1"
+    assert defaults["gpu_stack_pytorch_version"] == "2.4.1"
+    assert defaults["gpu_stack_pytorch_python_range"] == ["3.8", "3.12"]  # from the matrix row
+    readme = rendered[rolegen.ROLES / "gpu_stack" / "README.md"]
+    assert "`gpu_stack_driver_branch` | str | `550`" in readme
+    spec = yaml.safe_load(rendered[rolegen.ROLES / "gpu_stack" / "meta" / "argument_specs.yml"])
+    assert (
+        spec["argument_specs"]["main"]["options"]["gpu_stack_nccl_version"]["default"] == "2.18.1"
+    )
+    # no other generated file carries a stack version of its own
+    for path, text in rendered.items():
+        if path.parts[-3] != "gpu_stack":
+            assert "2.18.3" not in text and "8.9.2.26" not in text, path
