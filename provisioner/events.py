@@ -14,8 +14,11 @@ from typing import Any, ClassVar
 
 CHECK_STATUSES = ("pass", "drift", "fail", "skip")
 HOST_STATUSES = ("ok", "changed", "drift", "failed", "unreachable")
+# Tasks that fail a host because a check it recorded failed: no extra `<role>.task` check for them.
+# The probe module fails with its checks in the result when a required check fails.
 _ASSERTS = frozenset(
-    {"assert", "ansible.builtin.assert", "fail", "ansible.builtin.fail", "ansible.legacy.assert"}
+    {"assert", "ansible.builtin.assert", "fail", "ansible.builtin.fail", "ansible.legacy.assert",
+     "provision.gpu.stack_probe"}
 )
 _MAX_MSG = 2000
 
@@ -203,6 +206,9 @@ class RunState:
             h.ignored += 1
             return TaskResult(h.name, "ignored", role, task, msg)
         h.failed += 1
+        res = data.get("res") or {}
+        if isinstance(res, dict):
+            self._collect(h, res, role)  # a failing probe still returns its checks and facts
         self._synthesize_failure(h, role, task, str(data.get("task_action") or ""), msg)
         return TaskResult(h.name, "failed", role, task, msg)
 

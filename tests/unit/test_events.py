@@ -154,3 +154,64 @@ def test_last_published_check_list_wins() -> None:
         )
     assert [c["status"] for c in st.hosts["h"].checks] == ["pass"]
     assert st.hosts["h"].status() == "ok"
+
+
+def _probe_event(
+    event: str, host: str, checks: list[dict[str, object]], report: dict[str, object] | None = None
+) -> dict[str, object]:
+    res: dict[str, object] = {
+        "ansible_facts": {"provision_checks": checks, "provision_report": report or {}}
+    }
+    if event == "runner_on_failed":
+        res["msg"] = "; ".join(f"{c['id']}: {c['message']}" for c in checks)
+    return {
+        "event": event,
+        "event_data": {
+            "host": host,
+            "role": "nvidia_driver",
+            "task": "Verify the driver",
+            "task_action": "provision.gpu.stack_probe",
+            "res": res,
+        },
+    }
+
+
+def _check(cid: str, status: str) -> dict[str, object]:
+    return {
+        "id": cid,
+        "status": status,
+        "expected": "e",
+        "actual": "a",
+        "message": f"m {cid}",
+        "remediation": "",
+    }
+
+
+def test_probe_partial_lists_merge_by_id_and_a_failed_probe_keeps_its_checks() -> None:
+    """One probe per component publishes provision_checks; later records of an id win; a probe
+    that fails the host (require) still delivers its checks, and no extra <role>.task check."""
+    st = RunState(check_mode=False)
+    st.feed(
+        _probe_event("runner_on_ok", "h", [_check("preflight.os", "pass")], {"os": "Ubuntu 22.04"})
+    )
+    st.feed(
+        _probe_event(
+            "runner_on_ok", "h", [_check("driver.version", "fail"), _check("driver.hold", "fail")]
+        )
+    )
+    st.feed(
+        _probe_event(
+            "runner_on_failed",
+            "h",
+            [_check("driver.version", "pass"), _check("driver.hold", "fail")],
+        )
+    )
+    h = st.hosts["h"]
+    got = {c["id"]: (c["status"], c["role"]) for c in h.checks}
+    assert got == {
+        "preflight.os": ("pass", "preflight"),
+        "driver.version": ("pass", "nvidia_driver"),
+        "driver.hold": ("fail", "nvidia_driver"),
+    }
+    assert h.facts["os"] == "Ubuntu 22.04"
+    assert h.failed == 1
