@@ -645,7 +645,6 @@ class Judge(object):
         v = str(d.get("version") or "")
         flavor = str(d.get("flavor") or "proprietary")
         g = self.gpu
-        inst = self.installed
         ds = self.driver_state()
         adopted = self.driver_adopted(ds)
         user = ds["userspace"]
@@ -712,13 +711,7 @@ class Judge(object):
         )
         fm_names = plat.fabricmanager_packages(b)
         want_fm = self._want_fabricmanager()
-        branch_pkgs = sorted(
-            n
-            for n in ds["family"]
-            if n not in ds["other_branch"]
-            and (not re.match(plat.fabricmanager_re(), n) or n in fm_names)
-            and (not v or upstream_version(inst[n]["version"]) == v or not self._versioned(n))
-        )
+        branch_pkgs = self.hold_set(ds, want_fm, fm_names)
         hold_on = flag(d.get("hold"))
         unheld = [n for n in branch_pkgs if n not in self.held]
         self.add(
@@ -776,6 +769,23 @@ class Judge(object):
             }
         )
         self.plan["driver"] = self._driver_plan(ds, adopted, pin, want_fm, fm_names, reboot)
+
+    def hold_set(self, ds: dict[str, Any], want_fm: bool, fm_names: list[str]) -> list[str]:
+        """The installed driver packages that must be held: the stack's branch (not another's),
+        the fabric manager only where it belongs, and on apt only packages at a driver version
+        (Debian's contrib helpers such as nvidia-kernel-common 20151021 are not the driver's)."""
+        plat = self.plat
+        d = self.drv()
+        v = str(d.get("version") or "")
+        inst = self.installed
+        return sorted(
+            n
+            for n in ds["family"]
+            if n not in ds["other_branch"]
+            and (not re.match(plat.fabricmanager_re(), n) or (want_fm and n in fm_names))
+            and (not plat.apt or self._versioned(n) or n.startswith("cuda-drivers"))
+            and (not v or not self._versioned(n) or upstream_version(inst[n]["version"]) == v)
+        )
 
     def _versioned(self, name: str) -> bool:
         """Packages whose version is the driver's (not Debian contrib helpers like
@@ -1012,15 +1022,11 @@ class Judge(object):
             ] = []  # Ubuntu: provided by nvidia-compute-utils; Debian: in the transaction
         hold = []
         if flag(d.get("hold")):
-            hold = sorted(
+            hold = [
                 n
-                for n in ds["family"]
-                if n not in self.held
-                and n not in ds["other_branch"]
-                and n not in remove
-                and (not re.match(plat.fabricmanager_re(), n) or (want_fm and n in fm_names))
-                and (not plat.apt or self._versioned(n) or n.startswith("cuda-drivers"))
-            )
+                for n in self.hold_set(ds, want_fm, fm_names)
+                if n not in self.held and n not in remove
+            ]
         return {
             "adopted": adopted,
             "change": change or replace,
