@@ -212,7 +212,16 @@ def packages_section(io: HostIO, plat: Platform) -> dict[str, Any]:
     else:
         return {"installed": {}, "held": [], "error": "no package manager known for this OS"}
     wanted = {n: v for n, v in pkgs.items() if PACKAGE_RE.match(n)}
-    return {"installed": wanted, "held": [h for h in holds if PACKAGE_RE.match(h)]}
+    # an install cut short (lost SSH connection, Ctrl-C, a reboot): dpkg's journal has entries or
+    # packages are half-configured; apt then refuses to work until `dpkg --configure -a`
+    broken = sorted(n for n, v in pkgs.items() if v.get("broken"))
+    interrupted = plat.apt and (bool(io.listdir("/var/lib/dpkg/updates")) or bool(broken))
+    return {
+        "installed": wanted,
+        "held": [h for h in holds if PACKAGE_RE.match(h)],
+        "interrupted": interrupted,
+        "broken": broken,
+    }
 
 
 def apt_policy_section(io: HostIO, names: list[str]) -> dict[str, Any]:

@@ -137,6 +137,10 @@ class Judge(object):
             return not self.in_container
         return flag(value)
 
+    def dpkg_interrupted(self) -> bool:
+        """An earlier install was cut short: the roles run `dpkg --configure -a` first."""
+        return bool(self.section("packages").get("interrupted"))
+
     def headers_required(self) -> bool:
         """Kernel headers (running kernel + the flavour's meta) and DKMS: with kernel modules
         managed, or when gpu_stack_kernel_headers says so."""
@@ -478,7 +482,12 @@ class Judge(object):
         tk = plat.toolkit_package(cuda)
         src = self.section("sources")
         files = src.get("files") or {}
-        plan: dict[str, Any] = {"url": url + "/", "remove": [], "rewrite": []}
+        plan: dict[str, Any] = {
+            "url": url + "/",
+            "remove": [],
+            "rewrite": [],
+            "dpkg_repair": self.dpkg_interrupted(),
+        }
         if plat.apt:
             list_file = "/etc/apt/sources.list.d/cuda-%s-%s.list" % (plat.repo_dir, plat.arch_dir)
             keyring = "/usr/share/keyrings/cuda-archive-keyring.gpg"
@@ -1028,6 +1037,7 @@ class Judge(object):
                 if n not in self.held and n not in remove
             ]
         return {
+            "dpkg_repair": self.dpkg_interrupted(),
             "adopted": adopted,
             "change": change or replace,
             "remove": sorted(set(remove)),

@@ -49,6 +49,12 @@ options:
     description: Also return the raw collected facts as C(provision_probe) (debugging).
     type: bool
     default: false
+  lock_run_id:
+    description:
+      - The run holding the host's lock (provision.gpu.host_lock); the probe refreshes its sign of
+        life so the lock is not taken for a dead run's. "" does nothing. Not in check mode.
+    type: str
+    default: ""
 author:
   - provision authors
 """
@@ -77,6 +83,7 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.gpu.plugins.module_utils import collect as c
 from ansible_collections.provision.gpu.plugins.module_utils import evaluate as ev
+from ansible_collections.provision.gpu.plugins.module_utils import lock as lk
 
 COMPONENTS = list(ev.COMPONENTS)
 
@@ -142,6 +149,7 @@ def main():
             "require": {"type": "list", "elements": "str", "default": []},
             "wait_timeout_s": {"type": "int", "default": 0},
             "return_facts": {"type": "bool", "default": False},
+            "lock_run_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -155,6 +163,8 @@ def main():
         "pytorch_python": (stack.get("pytorch") or {}).get("python"),
         "pytorch_venv": (stack.get("pytorch") or {}).get("venv"),
     }
+    if module.params["lock_run_id"] and not module.check_mode:
+        lk.refresh(module.params["lock_run_id"])
     waited = None
     if module.params["wait_timeout_s"] > 0 and not module.check_mode:
         os_facts = c.os_section(io, params)

@@ -461,3 +461,47 @@ def test_fabric_manager_only_on_nvswitch_and_at_the_driver_version() -> None:
     )
     check = judge(h, ["driver"])["by_id"]["driver.fabricmanager"]
     assert check["status"] == "fail"  # a version different from the driver's is broken, not drift
+
+
+def test_holding_what_the_plan_says_makes_driver_hold_pass() -> None:
+    """The plan's holds and the driver.hold check are one rule (on Debian the contrib helpers such
+    as nvidia-kernel-common 20151021 are not the driver's and are not held)."""
+    debian = {
+        "nvidia-driver-cuda": f"{V_OLD}-1",
+        "nvidia-kernel-dkms": f"{V_OLD}-1",
+        "libcuda1": f"{V_OLD}-1",
+        "nvidia-persistenced": f"{V_OLD}-1",
+        "nvidia-kernel-support": f"{V_OLD}-1",
+        "nvidia-alternative": f"{V_OLD}-1",
+        "nvidia-kernel-common": "20151021+13",
+        "firmware-nvidia-gsp": f"{V_OLD}-1",
+    }
+    for os_release, packages in ((pf.UBUNTU_2204, UBUNTU_535), (pf.DEBIAN_11, debian)):
+        h = FakeHost(os_release).gpus(V_OLD, nvswitch=False).dpkg(packages)
+        first = judge(h, ["driver"])
+        assert first["by_id"]["driver.hold"]["status"] == "fail"
+        hold = first["plan"]["driver"]["hold"]
+        assert "nvidia-kernel-common" not in hold
+        h.dpkg(packages, held=tuple(hold))
+        again = judge(h, ["driver"])
+        assert again["by_id"]["driver.hold"]["status"] == "pass", again["by_id"]["driver.hold"]
+        assert again["plan"]["driver"]["hold"] == []
+
+
+def test_an_interrupted_dpkg_is_repaired_first() -> None:
+    """A package left half-configured (an install cut by a lost connection) makes apt refuse to
+    work: the repo and driver plans run `dpkg --configure -a` first."""
+    h = FakeHost().gpus()
+    h.commands["dpkg-query -W"] = (
+        0,
+        "cuda-keyring|1.1-1|ii \nnvidia-dkms-535|535.129.03-0ubuntu1|iF \n",
+        "",
+    )
+    r = judge(h, ["repo", "driver"])
+    assert r["plan"]["repo"]["dpkg_repair"] and r["plan"]["driver"]["dpkg_repair"]
+    assert r["facts"]["packages"]["broken"] == ["nvidia-dkms-535"]
+    clean = FakeHost().gpus().dpkg({"cuda-keyring": "1.1-1"})
+    assert not judge(clean, ["repo"])["plan"]["repo"]["dpkg_repair"]
+    h2 = FakeHost().gpus().dpkg({"cuda-keyring": "1.1-1"})
+    h2.files["/var/lib/dpkg/updates/0001"] = "journal entry"
+    assert judge(h2, ["repo"])["plan"]["repo"]["dpkg_repair"]
