@@ -28,7 +28,7 @@ test: venv lint
 	$(BIN)/pytest -q $(PYTEST_PAR) --durations=25 tests
 
 lint: venv
-	$(BIN)/ruff check provisioner lab tests
+	$(BIN)/ruff check provisioner lab tests roles/validation/files
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production
 	@for p in playbooks/*.yml; do \
