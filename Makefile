@@ -28,7 +28,7 @@ test: venv lint
 	$(BIN)/pytest -q $(PYTEST_PAR) --durations=25 tests
 
 lint: venv
-	$(BIN)/ruff check provisioner lab plugins tests
+	$(BIN)/ruff check provisioner lab plugins tests roles/validation/files
 	$(BIN)/python -m provisioner.rolegen --check
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production

@@ -17,11 +17,14 @@ import json
 import os
 import socket
 import sys
+from pathlib import Path
+from typing import Sequence
 
-from . import bw
+from . import bw, checks, thresholds
+from .watchdog import block_signals
 
 
-def _opt_int(text):
+def _opt_int(text: str | None) -> int | None:
     return None if text in (None, "", "auto") else int(text)
 
 
@@ -95,13 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "run":
-        from .watchdog import block_signals
-
         block_signals()  # before torch starts any thread
-        from . import worker
+        from . import worker  # noqa: PLC0415 - imports torch: only `run` needs it, signals blocked
 
         rc = worker.run(args)
         # The rank's result fragment is written and the process group destroyed (or the failure
@@ -113,20 +114,16 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         os._exit(rc)
     if args.cmd == "merge":
-        from . import checks
-
-        res = checks.merge(args.results_dir, args.host, args.node_rank, args.nnodes,
-                           args.nproc_per_node, args.rc, args.timeout, args.elapsed,
-                           args.torchrun_output)
+        res = checks.merge(args.results_dir, args.host, node_rank=args.node_rank,
+                           nnodes=args.nnodes, nproc=args.nproc_per_node, rc=args.rc,
+                           timeout_s=args.timeout, elapsed_s=args.elapsed,
+                           torchrun_output=args.torchrun_output)
         text = json.dumps(res, indent=1, sort_keys=True, default=str)
         if args.out:
-            with open(args.out, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
+            Path(args.out).write_text(text + "\n", encoding="utf-8")
         else:
             print(text)
         return 0
-    from . import thresholds
-
     data = thresholds.load(args.thresholds)
     ov = json.loads(args.overrides) if args.overrides else {}
     print(json.dumps(thresholds.lookup(data, args.model, args.topology, args.gpus,

@@ -7,9 +7,11 @@ tree algorithms; with NVLS/CollNet it can exceed the line rate.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 GB = 1e9
 
-BUS_FACTORS = {
+BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -22,14 +24,14 @@ BUS_FACTORS = {
 def bus_factor(nranks: int, collective: str = "all_reduce") -> float:
     """nccl-tests' bus bandwidth factor for ``collective`` over ``nranks`` ranks."""
     if nranks < 1:
-        raise ValueError("nranks must be >= 1, got %r" % (nranks,))
+        raise ValueError(f"nranks must be >= 1, got {nranks!r}")
     return BUS_FACTORS[collective](nranks)
 
 
 def algbw_gbps(size_bytes: float, seconds: float) -> float:
     """Algorithm bandwidth in GB/s (1e9 bytes/s) for ``size_bytes`` moved in ``seconds``."""
     if seconds <= 0:
-        raise ValueError("time must be positive, got %r" % (seconds,))
+        raise ValueError(f"time must be positive, got {seconds!r}")
     return size_bytes / seconds / GB
 
 
@@ -39,7 +41,7 @@ def busbw_gbps(size_bytes: float, seconds: float, nranks: int,
     return algbw_gbps(size_bytes, seconds) * bus_factor(nranks, collective)
 
 
-def row(size_bytes: int, time_us: float, nranks: int) -> dict:
+def row(size_bytes: int, time_us: float, nranks: int) -> dict[str, Any]:
     """One sweep row as nccl-tests prints it: size (B), time (us), algbw and busbw (GB/s)."""
     t = time_us / 1e6
     return {
@@ -53,8 +55,8 @@ def row(size_bytes: int, time_us: float, nranks: int) -> dict:
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
     """Message sizes from min_bytes to max_bytes (inclusive), multiplying by ``factor``."""
     if min_bytes <= 0 or max_bytes < min_bytes or factor < 2:
-        raise ValueError("bad sweep %r..%r x%r" % (min_bytes, max_bytes, factor))
-    sizes = []
+        raise ValueError(f"bad sweep {min_bytes!r}..{max_bytes!r} x{factor!r}")
+    sizes: list[int] = []
     s = min_bytes
     while s <= max_bytes:
         sizes.append(s)
@@ -64,7 +66,7 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
     return sizes
 
 
-def judged_busbw(rows: list[dict], judge_min_bytes: int) -> float | None:
+def judged_busbw(rows: list[dict[str, Any]], judge_min_bytes: int) -> float | None:
     """The busbw compared with the threshold: the best busbw among sizes >= judge_min_bytes
     (small messages are latency-bound and say nothing about the links)."""
     big = [r["busbw_gbps"] for r in rows if r["size_bytes"] >= judge_min_bytes]

@@ -7,10 +7,10 @@ Check ids: validation.allreduce, validation.ddp, validation.multinode; each chec
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import statistics
+from pathlib import Path
+from typing import Any, Dict
 
 REMEDIATION = {
     "validation.allreduce": (
@@ -27,51 +27,53 @@ REMEDIATION = {
         "the first host's address; NCCL_DEBUG=INFO shows the transport"),
 }
 
+# A rank fragment, a check record, a node result: JSON objects
+Json = Dict[str, Any]
 
-def load_fragments(results_dir: str) -> list[dict]:
-    frags = []
-    for path in sorted(glob.glob(os.path.join(results_dir, "rank-*.json"))):
+
+def load_fragments(results_dir: str) -> list[Json]:
+    frags: list[Json] = []
+    for path in sorted(Path(results_dir).glob("rank-*.json")):
         try:
-            with open(path, encoding="utf-8") as fh:
-                frags.append(json.load(fh))
+            frags.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
             frags.append({"rank": _rank_from_path(path), "status": "error",
-                          "error": "unreadable fragment %s: %s" % (path, exc)})
+                          "error": f"unreadable fragment {path}: {exc}"})
     return sorted(frags, key=lambda f: int(f.get("rank", -1)))
 
 
-def _rank_from_path(path: str) -> int:
-    base = os.path.basename(path)
+def _rank_from_path(path: Path) -> int:
     try:
-        return int(base[len("rank-"):-len(".json")])
+        return int(path.name[len("rank-"):-len(".json")])
     except ValueError:
         return -1
 
 
-def _check(cid: str, status: str, expected, actual, message: str) -> dict:
+def _check(cid: str, status: str, expected: object, actual: object, message: str) -> Json:
     return {"id": cid, "status": status, "expected": expected, "actual": actual,
             "message": message, "remediation": "" if status == "pass" else REMEDIATION[cid]}
 
 
-def _fmt(x, nd: int = 2) -> str:
-    return "n/a" if x is None else ("%.*f" % (nd, x))
+def _fmt(x: float | None, nd: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
 
 
 SECONDARY = ("connection closed by peer", "connection reset by peer", "terminated by signal")
 
 
-def failure_summary(frags: list[dict], missing: list[int], host: str, rc: int | None,
+def failure_summary(frags: list[Json], missing: list[int], host: str, rc: int | None,
                     timeout_s: float | None) -> tuple[list[str], str | None]:
     """Messages for ranks that did not finish (the cause first, then ranks that only stopped
     because of it), and the phase where it went wrong."""
-    primary, secondary = [], []
-    culprits = {}
-    phase = None
+    primary: list[str] = []
+    secondary: list[Json] = []
+    culprits: dict[int, tuple[str, str | None]] = {}
+    phase: str | None = None
     for f in frags:
         if f.get("status") == "ok":
             continue
-        msg = f.get("error") or "rank %s on host %s: %s" % (
-            f.get("rank"), f.get("host"), f.get("status"))
+        msg: str = (f.get("error")
+                    or f"rank {f.get('rank')} on host {f.get('host')}: {f.get('status')}")
         if any(x in msg.lower() for x in SECONDARY):
             secondary.append(f)
         else:
@@ -84,20 +86,21 @@ def failure_summary(frags: list[dict], missing: list[int], host: str, rc: int | 
             culprits[int(f["rank"])] = (f.get("host", "?"), f.get("phase"))
     if phase is None and secondary:
         phase = secondary[0].get("phase")
+    killed = (f" by the outer timeout of {timeout_s:.0f} s"
+              if timeout_s and rc in (124, 137) else "")
     for r in missing:
-        primary.append("rank %d on host %s: no result (process killed%s; torchrun exit %s)" % (
-            r, host, " by the outer timeout of %.0f s" % timeout_s if timeout_s and rc in
-            (124, 137) else "", rc))
+        primary.append(f"rank {r} on host {host}: no result (process killed{killed}; "
+                       f"torchrun exit {rc})")
     if secondary:
-        line = "rank(s) %s stopped after the failure (terminated by torchrun or peer connection "\
-            "closed)" % ", ".join("%s on host %s" % (f.get("rank"), f.get("host"))
-                                  for f in secondary)
+        stopped = ", ".join(f"{f.get('rank')} on host {f.get('host')}" for f in secondary)
+        line = (f"rank(s) {stopped} stopped after the failure (terminated by torchrun or peer "
+                "connection closed)")
         if not primary:
             line = "; ".join(f.get("error") or "" for f in secondary)
         primary.append(line)
     if culprits:
         primary.insert(0, "hang: " + "; ".join(
-            "rank %d on host %s stopped progressing in phase '%s'" % (r, h, ph)
+            f"rank {r} on host {h} stopped progressing in phase '{ph}'"
             for r, (h, ph) in sorted(culprits.items())))
     return primary, phase
 
@@ -112,11 +115,11 @@ def _group(phase: str | None) -> str:
     return "init"
 
 
-def evaluate_allreduce(ar: dict | None, thr: dict, world: int, problems: list[str],
-                       phase_group: str) -> dict:
+def evaluate_allreduce(ar: Json | None, thr: Json, world: int, problems: list[str],
+                       phase_group: str) -> Json:
     cid = "validation.allreduce"
     limit = (thr or {}).get("allreduce_busbw_gbps")
-    expected = (">= %s GB/s busbw" % _fmt(limit)) if limit is not None else "correct sums"
+    expected = f">= {_fmt(limit)} GB/s busbw" if limit is not None else "correct sums"
     if ar is None or (problems and phase_group in ("init", "allreduce")):
         why = "; ".join(problems) or "no all-reduce result"
         return _check(cid, "fail", expected, None, "all-reduce did not complete: " + why)
@@ -127,31 +130,31 @@ def evaluate_allreduce(ar: dict | None, thr: dict, world: int, problems: list[st
               "world_size": world}
     if not ar.get("correct"):
         return _check(cid, "fail", expected, actual,
-                      "all-reduce returned wrong values: %d elements differ from the expected "
-                      "sum" % ar.get("wrong", 0))
+                      f"all-reduce returned wrong values: {int(ar.get('wrong', 0))} elements "
+                      "differ from the expected sum")
     if world <= 1:
         return _check(cid, "pass", expected, actual,
                       "world size 1: sums correct; bus bandwidth is not defined for one rank "
                       "(2(n-1)/n = 0)")
     if limit is None:
         return _check(cid, "pass", expected, actual,
-                      "sums correct; busbw %s GB/s reported, not judged (%s)"
-                      % (_fmt(judged), thr.get("note") or "no threshold"))
+                      f"sums correct; busbw {_fmt(judged)} GB/s reported, not judged "
+                      f"({thr.get('note') or 'no threshold'})")
     n_att = len(ar.get("attempts", []))
     if judged is not None and judged >= limit:
+        on_attempt = "" if n_att == 1 else f", on attempt {n_att}"
         return _check(cid, "pass", expected, actual,
-                      "busbw %s GB/s >= %s GB/s (%s)%s" % (
-                          _fmt(judged), _fmt(limit), thr.get("row") or "override",
-                          "" if n_att == 1 else ", on attempt %d" % n_att))
+                      f"busbw {_fmt(judged)} GB/s >= {_fmt(limit)} GB/s "
+                      f"({thr.get('row') or 'override'}){on_attempt}")
+    source = thr.get("source") or thr.get("row")
+    plural = "" if n_att == 1 else "s"
+    measured = ", ".join(_fmt(x) for x in actual["attempts"])
     return _check(cid, "fail", expected, actual,
-                  "all-reduce busbw %s GB/s is below the threshold %s GB/s (measured vs "
-                  "expected; %s; %d attempt%s: %s)" % (
-                      _fmt(judged), _fmt(limit), thr.get("source") or thr.get("row"), n_att,
-                      "" if n_att == 1 else "s",
-                      ", ".join(_fmt(x) for x in actual["attempts"])))
+                  f"all-reduce busbw {_fmt(judged)} GB/s is below the threshold {_fmt(limit)} "
+                  f"GB/s (measured vs expected; {source}; {n_att} attempt{plural}: {measured})")
 
 
-def summarize_ddp(dd: dict) -> dict:
+def summarize_ddp(dd: Json) -> Json:
     per = [p for p in dd.get("per_rank") or [] if p]
     hashes = sorted({p["hash"] for p in per})
     local = [p["local_samples_per_s"] for p in per]
@@ -182,7 +185,7 @@ def summarize_ddp(dd: dict) -> dict:
     }
 
 
-def evaluate_ddp(dd: dict | None, thr: dict, problems: list[str], phase_group: str) -> dict:
+def evaluate_ddp(dd: Json | None, thr: Json, problems: list[str], phase_group: str) -> Json:
     cid = "validation.ddp"
     ratio = (thr or {}).get("straggler_ratio") or 0.7
     eff_min = (thr or {}).get("ddp_scaling_efficiency")
@@ -191,48 +194,47 @@ def evaluate_ddp(dd: dict | None, thr: dict, problems: list[str], phase_group: s
     if dd is None or problems:
         why = "; ".join(problems) or "no DDP result"
         what = "did not complete" if phase_group == "ddp" else "not completed"
-        return _check(cid, "fail", expected, None, "DDP job %s: %s" % (what, why))
+        return _check(cid, "fail", expected, None, f"DDP job {what}: {why}")
     s = summarize_ddp(dd)
     actual = {k: s[k] for k in ("loss_first", "loss_last", "params_identical",
                                 "scaling_efficiency", "step_time_spread",
                                 "samples_per_s_per_rank", "local_samples_per_s_per_rank")}
     actual["min_rank_perf_ratio"] = min(s["rank_perf_ratio"].values()) \
         if s["rank_perf_ratio"] else None
-    bad = []
+    bad: list[str] = []
     if not s["loss_fell_on_all_ranks"]:
-        bad.append("loss did not fall (%s -> %s)" % (_fmt(s["loss_first"], 4),
-                                                     _fmt(s["loss_last"], 4)))
+        bad.append(f"loss did not fall ({_fmt(s['loss_first'], 4)} -> "
+                   f"{_fmt(s['loss_last'], 4)})")
     if not s["params_identical"]:
-        groups = {}
+        groups: dict[str, list[int]] = {}
         for r, h in s["param_hashes"].items():
             groups.setdefault(h, []).append(int(r))
         odd = sorted(groups.values(), key=len)[0]
-        bad.append("parameters differ across ranks after %d steps (%d distinct hashes; odd "
-                   "rank(s) %s)" % (dd.get("steps", 0), len(groups), ", ".join(
-                       "%d on host %s" % (r, s["hosts"].get(str(r), "?")) for r in sorted(odd))))
+        odd_ranks = ", ".join(f"{r} on host {s['hosts'].get(str(r), '?')}" for r in sorted(odd))
+        bad.append(f"parameters differ across ranks after {int(dd.get('steps', 0))} steps "
+                   f"({len(groups)} distinct hashes; odd rank(s) {odd_ranks})")
     for r, q in sorted(s["rank_perf_ratio"].items(), key=lambda x: int(x[0])):
         if q < ratio:
-            bad.append("straggler: rank %s on host %s runs %.1f samples/s = %.2f x the best rank "
-                       "(< %.2f)" % (r, s["hosts"].get(r, "?"),
-                                    s["local_samples_per_s_per_rank"][r], q, ratio))
+            sps = s["local_samples_per_s_per_rank"][r]
+            bad.append(f"straggler: rank {r} on host {s['hosts'].get(r, '?')} runs {sps:.1f} "
+                       f"samples/s = {q:.2f} x the best rank (< {ratio:.2f})")
     eff = s["scaling_efficiency"]
     if eff_min is not None and eff is not None and s["world_size"] > 1 and eff < eff_min:
-        bad.append("scaling efficiency %.3f < %.2f (%.1f samples/s on %d ranks vs %.1f on one)"
-                   % (eff, eff_min, s["world_samples_per_s"], s["world_size"],
-                      s["single_samples_per_s"]))
+        bad.append(f"scaling efficiency {eff:.3f} < {eff_min:.2f} "
+                   f"({s['world_samples_per_s']:.1f} samples/s on {s['world_size']} ranks vs "
+                   f"{s['single_samples_per_s']:.1f} on one)")
     if bad:
         return _check(cid, "fail", expected, actual, "; ".join(bad))
     return _check(cid, "pass", expected, actual,
-                  "loss %s -> %s, parameters identical on %d ranks, scaling efficiency %s, "
-                  "slowest rank %s x best, step-time spread %s" % (
-                      _fmt(s["loss_first"], 3), _fmt(s["loss_last"], 3), s["world_size"],
-                      _fmt(eff, 3), _fmt(actual["min_rank_perf_ratio"], 3),
-                      _fmt(s["step_time_spread"], 3)))
+                  f"loss {_fmt(s['loss_first'], 3)} -> {_fmt(s['loss_last'], 3)}, parameters "
+                  f"identical on {s['world_size']} ranks, scaling efficiency {_fmt(eff, 3)}, "
+                  f"slowest rank {_fmt(actual['min_rank_perf_ratio'], 3)} x best, step-time "
+                  f"spread {_fmt(s['step_time_spread'], 3)}")
 
 
-def merge(results_dir: str, host: str, node_rank: int = 0, nnodes: int = 1,
+def merge(results_dir: str, host: str, *, node_rank: int = 0, nnodes: int = 1,
           nproc: int = 1, rc: int | None = None, timeout_s: float | None = None,
-          elapsed_s: float | None = None, torchrun_output: str = "") -> dict:
+          elapsed_s: float | None = None, torchrun_output: str = "") -> Json:
     """The node result: fragments of this node's ranks, merged, with the three checks.
 
     torchrun_output: the tail of torchrun's stderr, quoted when torchrun failed but no rank did.
@@ -242,15 +244,15 @@ def merge(results_dir: str, host: str, node_rank: int = 0, nnodes: int = 1,
     have = {int(f.get("rank", -1)) for f in frags}
     missing = [r for r in expected if r not in have]
     ok = [f for f in frags if f.get("status") == "ok"]
-    ref = ok[0] if ok else (next((f for f in frags if f.get("environment")), None) or {})
+    ref: Json = ok[0] if ok else next((f for f in frags if f.get("environment")), {})
     problems, phase = failure_summary(frags, missing, host, rc, timeout_s)
     group = _group(phase) if problems else "done"
     if problems and rc == 0 and not missing and all(f.get("status") == "ok" for f in frags):
         problems = []
     if rc not in (0, None) and not problems:
         last = [ln.strip() for ln in torchrun_output.splitlines() if ln.strip()][-3:]
-        problems = ["torchrun exited %s without a failed rank fragment%s" % (
-            rc, "; its last output: " + " / ".join(last) if last else "")]
+        quoted = "; its last output: " + " / ".join(last) if last else ""
+        problems = [f"torchrun exited {rc} without a failed rank fragment{quoted}"]
         group = "init"
     world = int(ref.get("world_size") or nnodes * nproc)
     thr = ref.get("thresholds") or {}
@@ -264,20 +266,20 @@ def merge(results_dir: str, host: str, node_rank: int = 0, nnodes: int = 1,
         actual_m = {"nnodes": ref.get("nnodes"), "world_size": world,
                     "busbw_gbps": (ar or {}).get("judged_busbw_gbps")}
         if failed or world != nnodes * nproc:
+            why = ("; ".join(c["message"] for c in failed)
+                   or f"world size {world} != {nnodes * nproc}")
             checks.append(_check("validation.multinode", "fail", expected_m, actual_m,
-                                 "multi-node run (node %d of %d) failed: %s" % (
-                                     node_rank, nnodes, "; ".join(c["message"] for c in failed)
-                                     or "world size %d != %d" % (world, nnodes * nproc))))
+                                 f"multi-node run (node {node_rank} of {nnodes}) failed: {why}"))
         else:
             checks.append(_check("validation.multinode", "pass", expected_m, actual_m,
-                                 "%d nodes x %d ranks: all-reduce and DDP passed across the "
-                                 "network (busbw %s GB/s)" % (nnodes, nproc, _fmt(
-                                     actual_m["busbw_gbps"]))))
+                                 f"{nnodes} nodes x {nproc} ranks: all-reduce and DDP passed "
+                                 f"across the network (busbw {_fmt(actual_m['busbw_gbps'])} "
+                                 "GB/s)"))
     else:
         checks.append(_check("validation.multinode", "skip", None, None,
                              "single node (1 host in the play)"))
     env = ref.get("environment") or {}
-    result = {
+    return {
         "program": "provision_validate", "version": ref.get("version"),
         "host": host, "node_rank": node_rank, "nnodes": nnodes, "nproc_per_node": nproc,
         "world_size": world, "backend": ref.get("backend"),
@@ -297,4 +299,3 @@ def merge(results_dir: str, host: str, node_rank: int = 0, nnodes: int = 1,
         "problems": problems,
         "checks": checks,
     }
-    return result

@@ -17,21 +17,25 @@ PROVISION_VALIDATE_FAULT holds one or more faults separated by ';', each ``kind[
 from __future__ import annotations
 
 import os
+from typing import Dict
 
 ENV = "PROVISION_VALIDATE_FAULT"
 KINDS = ("stall", "corrupt_grad", "corrupt_allreduce", "slow_bw", "slow")
 
+# one fault: {"kind": ..., and its k=v options as given}
+Fault = Dict[str, str]
 
-def parse(text: str | None) -> list[dict]:
+
+def parse(text: str | None) -> list[Fault]:
     faults = []
-    for part in (text or "").split(";"):
-        part = part.strip()
+    for raw in (text or "").split(";"):
+        part = raw.strip()
         if not part:
             continue
         kind, _, rest = part.partition(":")
         kind = kind.strip()
         if kind not in KINDS:
-            raise ValueError("unknown fault %r in %s (known: %s)" % (kind, ENV, ", ".join(KINDS)))
+            raise ValueError(f"unknown fault {kind!r} in {ENV} (known: {', '.join(KINDS)})")
         fault = {"kind": kind}
         for kv in rest.split(","):
             if not kv.strip():
@@ -47,7 +51,7 @@ class Faults:
         self.rank = rank
         self.faults = parse(os.environ.get(ENV) if text is None else text)
 
-    def get(self, kind: str, phase: str | None = None) -> dict | None:
+    def get(self, kind: str, phase: str | None = None) -> Fault | None:
         for f in self.faults:
             if f["kind"] != kind:
                 continue
@@ -58,5 +62,5 @@ class Faults:
             return f
         return None
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[Fault]:
         return list(self.faults)

@@ -8,25 +8,31 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from pathlib import Path
+from typing import Any, List, Tuple, Union
 
 OVERRIDE_KEYS = ("allreduce_busbw_gbps", "ddp_scaling_efficiency", "straggler_ratio")
 TOPOLOGIES = ("nvswitch", "nvlink", "pcie", "network", "none")
 CPU_NOTE = "backend gloo on CPU: GPU thresholds not applicable"
 
+# a row's "gpus": one count, or an inclusive [lo, hi] range (numbers or numeric strings)
+GpuCount = Union[int, str, List[Union[int, str]], Tuple[Union[int, str], ...], None]
 
-def load(path: str) -> dict:
+
+def load(path: str) -> dict[str, Any]:
     """Read the threshold data (JSON, or YAML when PyYAML is available)."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+    text = Path(path).read_text(encoding="utf-8")
+    data: dict[str, Any]
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except ValueError:
-        import yaml  # only needed for YAML input
+        import yaml  # noqa: PLC0415 - optional: only YAML input needs PyYAML (targets get JSON)
 
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
+    return data
 
 
-def _count_matches(spec, count: int) -> bool:
+def _count_matches(spec: GpuCount, count: int) -> bool:
     if spec is None:
         return True
     if isinstance(spec, (list, tuple)):
@@ -35,14 +41,14 @@ def _count_matches(spec, count: int) -> bool:
     return int(spec) == count
 
 
-def _model_matches(patterns, model: str) -> bool:
+def _model_matches(patterns: list[str] | None, model: str) -> bool:
     if not patterns:
         return True
     m = (model or "").lower()
     return any(fnmatch.fnmatchcase(m, p.lower()) for p in patterns)
 
 
-def row_matches(row: dict, model: str, topology: str, count: int, backend: str) -> bool:
+def row_matches(row: dict[str, Any], model: str, topology: str, count: int, backend: str) -> bool:
     if row.get("backend", "nccl") != backend:
         return False
     if backend == "gloo":
@@ -54,8 +60,10 @@ def row_matches(row: dict, model: str, topology: str, count: int, backend: str) 
     )
 
 
-def lookup(data: dict, model: str | None, topology: str | None, count: int, backend: str,
-           overrides: dict | None = None) -> dict:
+def lookup(  # noqa: PLR0917 - the lookup key, then overrides: callers pass all positionally
+    data: dict[str, Any], model: str | None, topology: str | None, count: int, backend: str,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Thresholds that apply to this node.
 
     Returns a dict with allreduce_busbw_gbps, ddp_scaling_efficiency, straggler_ratio (numbers or
@@ -70,7 +78,7 @@ def lookup(data: dict, model: str | None, topology: str | None, count: int, back
             found = row
             break
     eff_default = (defaults.get("ddp_scaling_efficiency") or {}).get(topo)
-    result = {
+    result: dict[str, Any] = {
         "backend": backend,
         "model": model,
         "topology": topo,
@@ -101,20 +109,19 @@ def lookup(data: dict, model: str | None, topology: str | None, count: int, back
             "allreduce_busbw_gbps")
     elif found is None:
         result["note"] = (
-            "no threshold row for %s x%d (%s, %s): bandwidth reported, not judged; scaling "
-            "efficiency judged against the %s default"
-            % (model or "unknown GPU", int(count), topo, backend, topo)
+            f"no threshold row for {model or 'unknown GPU'} x{int(count)} ({topo}, {backend}): "
+            f"bandwidth reported, not judged; scaling efficiency judged against the {topo} default"
         )
     for key, value in (overrides or {}).items():
         if key not in OVERRIDE_KEYS:
             raise ValueError(
-                "unknown threshold override %r (allowed: %s)" % (key, ", ".join(OVERRIDE_KEYS))
+                f"unknown threshold override {key!r} (allowed: {', '.join(OVERRIDE_KEYS)})"
             )
         if value is None or value == "":
             continue
         result[key] = float(value)
         result["overridden"].append(key)
     if result["overridden"]:
-        result["source"] = "override (%s) over %s" % (
-            ", ".join(result["overridden"]), result["row"] or "no row")
+        result["source"] = (
+            f"override ({', '.join(result['overridden'])}) over {result['row'] or 'no row'}")
     return result

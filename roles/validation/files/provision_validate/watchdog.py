@@ -14,9 +14,16 @@ import os
 import signal
 import threading
 import time
+from typing import Callable, Optional, Tuple
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXIT_TIMEOUT = 3
+
+# on_timeout(what, limit_s, elapsed_s) and on_signal(signum)
+OnTimeout = Callable[[str, float, float], None]
+OnSignal = Callable[[int], None]
+# what is armed: (what, limit_s, start, deadline), monotonic clock
+Armed = Optional[Tuple[str, float, float, float]]
 
 
 def block_signals() -> None:
@@ -27,14 +34,14 @@ class Watchdog:
     """``on_timeout(what, limit_s, elapsed_s)`` and ``on_signal(signum)`` write the fragment; the
     watchdog then exits the process (they must not raise)."""
 
-    def __init__(self, on_timeout, on_signal, tick_s: float = 0.2) -> None:
+    def __init__(self, on_timeout: OnTimeout, on_signal: OnSignal, tick_s: float = 0.2) -> None:
         self._on_timeout = on_timeout
         self._on_signal = on_signal
         self._tick = tick_s
-        self._armed = None  # (what, limit_s, start, deadline)
+        self._armed: Armed = None
         self._thread = threading.Thread(target=self._loop, name="pv-watchdog", daemon=True)
 
-    def start(self) -> "Watchdog":
+    def start(self) -> Watchdog:
         self._thread.start()
         return self
 

@@ -9,6 +9,8 @@ writes ``rank-<R>.json`` into the results directory whatever happens (ok, error,
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import ctypes
 import datetime
 import hashlib
@@ -20,10 +22,13 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import __version__, bw, thresholds
 from .faults import Faults
@@ -34,6 +39,13 @@ STORE_PREFIX = "provision_validate"
 WARMUP_BUDGET_S = 2.0
 TIMED_BUDGET_S = 4.0
 MIN_TIMED_ITERS = 3
+
+T = TypeVar("T")
+# JSON objects: the fragment and its parts
+Json = Dict[str, Any]
+# rank (as a string) -> its last progress record in the store, None when it has none yet
+Peers = Dict[str, Optional[Json]]
+Batches = List[Tuple[torch.Tensor, torch.Tensor]]
 
 PROFILES = {
     # CPU: small, finishes in seconds on 2 cores with 4 ranks.
@@ -54,7 +66,7 @@ def _now() -> str:
 class Rank:
     """State of this rank; what the fragment is written from."""
 
-    def __init__(self, args) -> None:
+    def __init__(self, args: argparse.Namespace) -> None:
         env = os.environ
         self.under_torchrun = "RANK" in env and "WORLD_SIZE" in env
         self.rank = int(env.get("RANK", 0))
@@ -68,10 +80,10 @@ class Rank:
         self.faults = Faults(self.rank)
         self.phase = "start"
         self.seq = 0
-        self.store = None
+        self.store: Any = None  # torch.distributed.PrefixStore, set by Validation.init
         self._store_lock = threading.Lock()
         self.t0 = time.monotonic()
-        self.frag = {
+        self.frag: Json = {
             "program": "provision_validate", "version": __version__,
             "rank": self.rank, "world_size": self.world, "local_rank": self.local_rank,
             "local_world_size": self.local_world, "node_rank": self.group_rank,
@@ -83,7 +95,7 @@ class Rank:
         self._write_lock = threading.Lock()
 
     # -- fragment ---------------------------------------------------------------------------
-    def write(self, status: str, error: str | None = None, **extra) -> None:
+    def write(self, status: str, error: str | None = None, **extra: object) -> None:
         with self._write_lock:
             if self._written:
                 return
@@ -93,12 +105,13 @@ class Rank:
             self.frag["error"] = error
             self.frag["finished"] = _now()
             self.frag["elapsed_s"] = round(time.monotonic() - self.t0, 3)
-            os.makedirs(self.results_dir, exist_ok=True)
-            path = os.path.join(self.results_dir, "rank-%d.json" % self.rank)
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
+            results = Path(self.results_dir)
+            results.mkdir(parents=True, exist_ok=True)
+            path = results / f"rank-{self.rank}.json"
+            tmp = results / f"rank-{self.rank}.json.tmp"
+            with tmp.open("w", encoding="utf-8") as fh:
                 json.dump(self.frag, fh, indent=1, sort_keys=True, default=str)
-            os.replace(tmp, path)
+            tmp.replace(path)
             self._written = True
 
     # -- progress in the rendezvous store (read by a rank whose collective timed out) -------
@@ -107,27 +120,25 @@ class Rank:
         self.seq += 1
         if self.store is None:
             return
-        with self._store_lock:
-            try:
-                self.store.set("progress/%d" % self.rank,
-                               json.dumps({"seq": self.seq, "phase": phase, "host": self.host}))
-            except Exception:  # noqa: BLE001 - diagnostics only
-                pass
+        # diagnostics only: any store error is ignored
+        with self._store_lock, contextlib.suppress(Exception):
+            self.store.set(f"progress/{self.rank}",
+                           json.dumps({"seq": self.seq, "phase": phase, "host": self.host}))
 
-    def peers(self) -> dict:
+    def peers(self) -> Peers:
         """Last progress of every rank, from the store (non-blocking)."""
-        out = {}
+        out: Peers = {}
         if self.store is None:
             return out
         with self._store_lock:
             for r in range(self.world):
-                key = "progress/%d" % r
+                key = f"progress/{r}"
                 try:
                     if self.store.check([key]):
                         out[str(r)] = json.loads(self.store.get(key).decode())
                     else:
                         out[str(r)] = None
-                except Exception:  # noqa: BLE001
+                except Exception:  # broad on purpose: a store error ends the scan
                     return out
         return out
 
@@ -136,27 +147,24 @@ class Rank:
         peers = self.peers()
         lagging = _lagging(peers, self.rank)
         stalled_here = self.faults.get("stall") is not None
-        msg = "rank %d on host %s: %s did not complete within %.0f s" % (
-            self.rank, self.host, what, limit)
+        msg = (f"rank {self.rank} on host {self.host}: {what} did not complete within "
+               f"{limit:.0f} s")
         if stalled_here:
             msg += " (this rank is stalled: fault injection)"
         if lagging:
-            msg += "; lagging: " + ", ".join(
-                "rank %s on host %s (last: %s)" % (r, (p or {}).get("host", "?"),
-                                                    (p or {}).get("phase", "never started"))
-                for r, p in lagging)
+            msg += "; lagging: " + _describe_lagging(lagging)
         self.write("timeout", msg, timeout={"what": what, "limit_s": limit,
                                             "elapsed_s": round(elapsed, 1)},
                    peers=peers, lagging=[int(r) for r, _ in lagging])
         print("provision_validate: " + msg, file=sys.stderr, flush=True)
 
     def on_signal(self, signum: int) -> None:
-        self.write("terminated", "rank %d on host %s: terminated by signal %d in phase %s "
-                   "(torchrun stops the group when another rank fails; or the outer timeout)"
-                   % (self.rank, self.host, signum, self.phase))
+        self.write("terminated", f"rank {self.rank} on host {self.host}: terminated by signal "
+                   f"{signum} in phase {self.phase} (torchrun stops the group when another rank "
+                   "fails; or the outer timeout)")
 
 
-def _lagging(peers: dict, me: int) -> list:
+def _lagging(peers: Peers, me: int) -> list[tuple[str, Json | None]]:
     """Ranks behind the others: no progress at all, or a sequence number below the maximum."""
     if not peers:
         return []
@@ -164,6 +172,13 @@ def _lagging(peers: dict, me: int) -> list:
     top = max(seqs.values())
     return sorted(((r, peers[r]) for r, s in seqs.items() if s < top and int(r) != me),
                   key=lambda x: int(x[0]))
+
+
+def _describe_lagging(lagging: list[tuple[str, Json | None]]) -> str:
+    return ", ".join(
+        f"rank {r} on host {(p or {}).get('host', '?')} "
+        f"(last: {(p or {}).get('phase', 'never started')})"
+        for r, p in lagging)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,8 +192,8 @@ def _nvidia_smi(args: list[str]) -> str | None:
 
 
 def _topology_from_smi() -> str:
-    if os.path.isdir("/proc/driver/nvidia-nvswitch/devices") and os.listdir(
-            "/proc/driver/nvidia-nvswitch/devices"):
+    nvswitches = Path("/proc/driver/nvidia-nvswitch/devices")
+    if nvswitches.is_dir() and any(nvswitches.iterdir()):
         return "nvswitch"
     out = _nvidia_smi(["topo", "-m"]) or ""
     cells = [c for ln in out.splitlines() if ln.startswith("GPU") for c in ln.split()[1:]]
@@ -189,8 +204,8 @@ def _topology_from_smi() -> str:
     return "none"
 
 
-def environment(use_cuda: bool, backend: str, args) -> dict:
-    info = {
+def environment(use_cuda: bool, backend: str, args: argparse.Namespace) -> Json:
+    info: Json = {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
@@ -203,11 +218,9 @@ def environment(use_cuda: bool, backend: str, args) -> dict:
         "torch_threads": torch.get_num_threads(),
     }
     if torch.cuda.is_available():
-        try:
+        with contextlib.suppress(Exception):  # the NCCL version is informational
             v = torch.cuda.nccl.version()
             info["nccl"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-        except Exception:  # noqa: BLE001
-            pass
         info["cudnn"] = torch.backends.cudnn.version()
         info["gpu_names"] = [torch.cuda.get_device_name(i)
                              for i in range(torch.cuda.device_count())]
@@ -221,18 +234,16 @@ def environment(use_cuda: bool, backend: str, args) -> dict:
             info["gpu_names_source"] = "ansible facts (nvidia_gpu_facts)"
     topo = args.topology if args.topology != "auto" else _topology_from_smi()
     info["topology"] = {"interconnect": topo, "gpus": len(info["gpu_names"]),
-                        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", 1))}
+                        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1"))}
     if args.topology_facts:
         info["topology"]["facts"] = json.loads(args.topology_facts)
     if torch.cuda.is_available() and torch.cuda.device_count() > 1:
         # consumer GPUs on stock drivers have no P2P: NCCL then goes through host memory
-        try:
+        with contextlib.suppress(Exception):  # informational
             n = torch.cuda.device_count()
             ok = sum(torch.cuda.can_device_access_peer(i, j)
                      for i in range(n) for j in range(n) if i != j)
             info["topology"]["p2p_pairs"] = {"accessible": int(ok), "of": n * (n - 1)}
-        except Exception:  # noqa: BLE001 - informational
-            pass
     return info
 
 
@@ -252,11 +263,12 @@ class Net(nn.Module):
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(width * 16, hidden), nn.ReLU(),
                                   nn.Linear(hidden, 10))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
 
 
-def synthetic_batches(seed: int, n: int, batch: int, image: int, device) -> list:
+def synthetic_batches(seed: int, n: int, batch: int, image: int,
+                      device: torch.device) -> Batches:
     """Learnable synthetic data: each of 10 classes adds its own fixed pattern to noise."""
     g = torch.Generator().manual_seed(1234)
     patterns = torch.randn(10, 3, image, image, generator=g)
@@ -269,7 +281,7 @@ def synthetic_batches(seed: int, n: int, batch: int, image: int, device) -> list
     return out
 
 
-def param_digest(model) -> str:
+def param_digest(model: nn.Module) -> str:
     """sha256 over the exact bytes of all parameters (no numpy needed)."""
     h = hashlib.sha256()
     for p in model.parameters():
@@ -285,14 +297,19 @@ def _sync(use_cuda: bool) -> None:
 
 # ---------------------------------------------------------------------------------------------
 class Validation:
-    def __init__(self, r: Rank, args) -> None:
+    # set by init(), from the backend that the process group uses
+    backend: str
+    use_cuda: bool
+    device: torch.device
+
+    def __init__(self, r: Rank, args: argparse.Namespace) -> None:
         self.r = r
         self.a = args
         self.last_iters = 0
         self.wd = Watchdog(r.on_timeout, r.on_signal).start()
 
     # -- guarded collectives ------------------------------------------------------------------
-    def guarded(self, what: str, fn, limit: float | None = None):
+    def guarded(self, what: str, fn: Callable[[], T], limit: float | None = None) -> T:
         self.wd.arm(what, limit or self.a.collective_timeout)
         try:
             return fn()
@@ -302,7 +319,7 @@ class Validation:
     def _stall_if(self, phase: str) -> None:
         if self.r.faults.get("stall", phase=phase):
             if phase != "init":
-                self.wd.arm("phase %s" % phase, self.a.collective_timeout)
+                self.wd.arm(f"phase {phase}", self.a.collective_timeout)
             while True:  # injected hang: only the watchdog ends this
                 time.sleep(3600)
 
@@ -310,7 +327,7 @@ class Validation:
     def init(self) -> None:
         a, r = self.a, self.r
         r.phase = "init"
-        self.wd.arm("process-group init (rendezvous with %d ranks)" % r.world, a.init_timeout)
+        self.wd.arm(f"process-group init (rendezvous with {r.world} ranks)", a.init_timeout)
         if r.under_torchrun:
             host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
             base = dist.TCPStore(host, port, is_master=False,
@@ -352,7 +369,7 @@ class Validation:
                 setattr(a, key, val)
 
     # -- all-reduce -----------------------------------------------------------------------------
-    def _allreduce_check(self, size: int) -> dict:
+    def _allreduce_check(self, size: int) -> Json:
         r, n = self.r, self.r.world
         numel = max(1, size // 4)
         t = torch.full((numel,), float(r.rank + 1), dtype=torch.float32, device=self.device)
@@ -364,7 +381,7 @@ class Validation:
             dist.all_reduce(t)
             return int((t != expected).sum().item())  # .item() waits for the GPU
 
-        wrong = self.guarded("all_reduce check (%d B)" % size, reduce_and_count)
+        wrong = self.guarded(f"all_reduce check ({size} B)", reduce_and_count)
         return {"expected": expected, "wrong": wrong}
 
     def _timed(self, size: int) -> float:
@@ -378,7 +395,7 @@ class Validation:
         a = self.a
         numel = max(1, size // 4)
         buf = torch.zeros(numel, dtype=torch.float32, device=self.device)
-        what = "all_reduce (%d B)" % size
+        what = f"all_reduce ({size} B)"
         sync_limit = 2 * a.collective_timeout
         t0 = time.perf_counter()
         self.guarded(what, lambda: dist.all_reduce(buf))
@@ -415,15 +432,16 @@ class Validation:
 
         return self.guarded("all_reduce MAX of timings", slowest)
 
-    def allreduce(self, thr: dict) -> dict:
+    def allreduce(self, thr: Json) -> Json:
         a, r = self.a, self.r
         r.progress("allreduce")
         self._stall_if("allreduce")
         sizes = bw.sweep_sizes(a.min_bytes, a.max_bytes, a.step_factor)
         judge_min = a.judge_min_bytes or max(a.min_bytes, a.max_bytes // 4)
-        rows, wrong_total = [], 0
+        rows: list[Json] = []
+        wrong_total = 0
         for size in sizes:
-            r.progress("allreduce %d B" % size)
+            r.progress(f"allreduce {size} B")
             chk = self._allreduce_check(size)
             wrong_total += chk["wrong"]
             t = self._timed(size)
@@ -437,7 +455,7 @@ class Validation:
         retries = a.bw_retries if a.bw_retries is not None else thr.get("bandwidth_retries", 1)
         while (limit is not None and judged is not None and judged < limit
                and len(attempts) <= retries):
-            r.progress("allreduce retry %d" % len(attempts))
+            r.progress(f"allreduce retry {len(attempts)}")
             big = [s for s in sizes if s >= judge_min]
             rows2 = []
             for size in big:
@@ -456,7 +474,7 @@ class Validation:
             "warmup": a.warmup, "iters": a.iters, "dtype": "float32", "op": "sum",
         }
 
-    def gather_json(self, obj) -> list:
+    def gather_json(self, obj: object) -> list[Any]:
         """all_gather of a JSON-able object (all_gather_object needs numpy; the lab has none)."""
         data = bytearray(json.dumps(obj).encode())
         n = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
@@ -476,13 +494,14 @@ class Validation:
         return res
 
     # -- DDP ------------------------------------------------------------------------------------
-    def _autocast(self):
+    def _autocast(self) -> tuple[torch.autocast, torch.dtype]:
         if self.use_cuda:
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
             return torch.autocast("cuda", dtype=dtype), dtype
         return torch.autocast("cpu", enabled=False), torch.float32
 
-    def _train(self, model, opt, scaler, batches, steps: int, ddp: bool) -> tuple:
+    def _train(self, model: nn.Module, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               batches: Batches, steps: int, *, ddp: bool) -> tuple[float, list[float]]:
         lossf = nn.CrossEntropyLoss()
         losses = []
         corrupt = self.r.faults.get("corrupt_grad") if ddp else None
@@ -492,7 +511,7 @@ class Validation:
             x, y = batches[step % len(batches)]
             ac, _ = self._autocast()
             if ddp:
-                self.wd.arm("DDP step %d (gradient all-reduce)" % step, self.a.collective_timeout)
+                self.wd.arm(f"DDP step {step} (gradient all-reduce)", self.a.collective_timeout)
             with ac:
                 loss = lossf(model(x), y)
             opt.zero_grad(set_to_none=True)
@@ -513,7 +532,7 @@ class Validation:
         elapsed = time.perf_counter() - start
         return elapsed, [float(x.item()) for x in losses]
 
-    def _make(self):
+    def _make(self) -> tuple[Net, torch.optim.Optimizer, torch.amp.GradScaler]:
         a = self.a
         torch.manual_seed(a.seed)
         model = Net(a.width, a.image, a.hidden).to(self.device)
@@ -525,9 +544,7 @@ class Validation:
             scaler = torch.cuda.amp.GradScaler(enabled=enabled)
         return model, opt, scaler
 
-    def ddp(self) -> dict:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
+    def ddp(self) -> Json:
         a, r = self.a, self.r
         r.progress("ddp")
         self._stall_if("ddp")
@@ -594,7 +611,7 @@ class Validation:
             "all_gather of DDP results", lambda: self.gather_json(mine),
             limit=a.collective_timeout * 3 + (a.init_timeout if a.baseline else 0))
         return {
-            "model": "conv3+mlp width=%d image=%d hidden=%d" % (a.width, a.image, a.hidden),
+            "model": f"conv3+mlp width={a.width} image={a.image} hidden={a.hidden}",
             "params": sum(p.numel() for p in model.parameters()),
             "batch_per_rank": a.batch, "steps": a.steps, "local_steps": a.local_steps,
             "precision": str(amp_dtype).replace("torch.", ""),
@@ -603,7 +620,7 @@ class Validation:
 
 
 # ---------------------------------------------------------------------------------------------
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     r = Rank(args)
     v = Validation(r, args)
     try:
@@ -634,15 +651,15 @@ def run(args) -> int:
         r.write("ok")
         try:
             dist.destroy_process_group()
-        except Exception as exc:  # noqa: BLE001 - the run passed; teardown noise is not a failure
-            print("rank %d: destroy_process_group after a passed run: %s" % (r.rank, exc),
+        except Exception as exc:  # broad on purpose: the run passed; teardown noise is no failure
+            print(f"rank {r.rank}: destroy_process_group after a passed run: {exc}",
                   file=sys.stderr, flush=True)
         return 0
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a fragment
+    except Exception as exc:  # broad on purpose: every failure becomes a fragment
         tb = traceback.format_exc(limit=6)
-        msg = "rank %d on host %s: %s in phase %s: %s" % (
-            r.rank, r.host, type(exc).__name__, r.phase, str(exc)[:300])
-        extra = {}
+        msg = (f"rank {r.rank} on host {r.host}: {type(exc).__name__} in phase {r.phase}: "
+               f"{str(exc)[:300]}")
+        extra: Json = {}
         # A collective that timed out, or that failed because a peer's watchdog fired first and
         # closed its connections ("Connection closed by peer"): either way the ranks that stopped
         # progressing are the story: ask the store which ranks are behind.
@@ -653,10 +670,7 @@ def run(args) -> int:
             lag = _lagging(peers, r.rank)
             extra = {"peers": peers, "lagging": [int(x) for x, _ in lag]}
             if lag:
-                msg += "; lagging: " + ", ".join(
-                    "rank %s on host %s (last: %s)" % (x, (p or {}).get("host", "?"),
-                                                        (p or {}).get("phase", "never started"))
-                    for x, p in lag)
+                msg += "; lagging: " + _describe_lagging(lag)
         r.write("error", msg, traceback=tb, **extra)
         print(tb, file=sys.stderr, flush=True)
         return 1
