@@ -38,7 +38,7 @@ test: host-packages-test venv lint
 	$(BIN)/pytest -q $(PYTEST_PAR) --durations=25 tests
 
 lint: venv
-	$(BIN)/ruff check provisioner lab tests
+	$(BIN)/ruff check provisioner lab tests contrib
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production
 	@for p in playbooks/*.yml; do \
