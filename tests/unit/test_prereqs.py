@@ -228,9 +228,10 @@ def test_the_script_runs_standalone_under_the_system_python_as_a_user(
 
 def test_make_demo_and_test_run_the_prerequisite_step_first() -> None:
     for target, purpose in (("demo", "demo"), ("test", "test")):
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
         out = subprocess.run(
-            ["make", "-n", target], cwd=REPO, capture_output=True,
-            text=True, check=True,
+            ["make", "--no-print-directory", "-n", target], cwd=REPO, capture_output=True,
+            text=True, check=True, env=env,
         ).stdout.splitlines()
         assert out[0] == f"python3 lab/prereqs.py --for {purpose}", out
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
