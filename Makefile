@@ -1,6 +1,8 @@
 # provision: developer entry points. `make demo` and `make test` are the two that matter.
 SHELL := /bin/bash
-PY ?= python3.11
+# Python 3.11+ for .venv: python3.11 where installed (Debian 12, Ubuntu 22.04), else python3 (24.04).
+PY ?= $(or $(shell command -v python3.11 2>/dev/null),python3)
+HOST_PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 N ?= 2
@@ -11,7 +13,7 @@ PROFILE ?= h100-sxm-8
 TEST_JOBS ?= 2
 PYTEST_PAR := -n $(TEST_JOBS) --dist loadscope
 
-.PHONY: venv test unit lint roles demo lab-up lab-down lab-status clean
+.PHONY: venv test unit lint roles demo lab-up lab-down lab-status clean host-packages host-packages-test
 
 $(BIN)/provision: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,14 +23,22 @@ $(BIN)/provision: pyproject.toml
 
 venv: $(BIN)/provision
 
+# The host packages of lab/host-packages.txt, run first by `make demo` / `make test`: as root with
+# apt it installs the missing ones; otherwise it prints the apt-get command and exits 4.
+host-packages:
+	$(HOST_PY) lab/prereqs.py --for demo
+
+host-packages-test:
+	$(HOST_PY) lab/prereqs.py --for test
+
 unit: venv
 	$(BIN)/pytest -q $(PYTEST_PAR) tests/unit
 
-test: venv lint
+test: host-packages-test venv lint
 	$(BIN)/pytest -q $(PYTEST_PAR) --durations=25 tests
 
 lint: venv
-	$(BIN)/ruff check provisioner lab plugins tests roles/validation/files
+	$(BIN)/ruff check provisioner lab plugins tests contrib roles/validation/files
 	$(BIN)/python -m provisioner.rolegen --check
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production
@@ -50,7 +60,7 @@ lab-down: venv
 lab-status: venv
 	$(BIN)/python -m lab status
 
-demo: venv
+demo: host-packages venv
 	$(BIN)/python -m lab.demo --report-dir demo-report
 
 clean:
