@@ -17,20 +17,16 @@ BIN = Path(sys.executable).parent
 
 
 def stack_vars(stack_path: Path, **overrides: Any) -> dict[str, Any]:
-    """The CLI's own mapping of the lab's stack onto the role variables, plus the lab's settings."""
+    """The CLI's own mapping of the lab's stack onto the role variables (gpu_stack_*), plus the
+    lab's settings; validation off unless a test turns it on."""
     from provisioner import stack  # noqa: PLC0415 - keep collection light
 
-    # the validation role's own defaults stay in charge here (its lab tests set what they need)
-    out = {
-        k: v
-        for k, v in stack.load(stack_path).to_extravars().items()
-        if not k.startswith("validation_")
-    }
+    out = dict(stack.load(stack_path).to_extravars())
     out.update(
         {
-            "nvidia_driver_manage_kernel_modules": False,  # the lab cannot load kernel modules
-            "preflight_min_free_gib": 1,
-            "validation_enabled": False,
+            "gpu_stack_kernel_modules": False,  # the lab cannot load kernel modules
+            "gpu_stack_preflight_min_free_gib": 1,
+            "gpu_stack_validation_enabled": False,
         }
     )
     out.update(overrides)
@@ -70,20 +66,27 @@ def fingerprint_diff(before: str, after: str) -> list[str]:
 
 @dataclass
 class PlayResult:
+    """What the CLI itself would make of a run: its runner, its event handling (RunState)."""
+
     rc: int
-    stats: dict[str, dict[str, int]]
-    facts: dict[str, dict[str, Any]]
+    status: str
+    hosts: dict[str, Any]  # host -> provisioner.events.HostState
     output: str
 
     def changed(self, host: str) -> int:
-        return self.stats.get(host, {}).get("changed", 0)
+        return int(self.hosts[host].changed) if host in self.hosts else 0
 
     def checks(self, host: str) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for key, value in self.facts.get(host, {}).items():
-            if key.endswith("_checks") and isinstance(value, list):
-                out.update({c["id"]: c for c in value})
-        return out
+        return {c["id"]: c for c in self.hosts[host].checks} if host in self.hosts else {}
+
+    def report(self, host: str) -> dict[str, Any]:
+        """The host's report facts (provision_report and the roles' *_report)."""
+        return dict(self.hosts[host].facts) if host in self.hosts else {}
+
+    def tasks(self, host: str) -> int:
+        """Tasks the recap counts for the host (ok + changed + failed + skipped)."""
+        h = self.hosts[host]
+        return int(h.ok + h.changed + h.failed + h.skipped)
 
 
 def run_playbook(
@@ -95,55 +98,40 @@ def run_playbook(
     tmp: Path,
     limit: str | None = None,
     tags: str | None = None,
+    skip_tags: str | None = None,
 ) -> PlayResult:
-    """Run playbooks/<playbook> via ansible-runner; collect stats and *_checks facts."""
-    import ansible_runner  # noqa: PLC0415 - heavy import, only for lab tests
+    """Run playbooks/<playbook> through provisioner.runner (the CLI's one ansible-runner wrapper)
+    and collect checks and facts with provisioner.events, as `provision` does."""
+    from provisioner import content, events, runner  # noqa: PLC0415
 
-    os.environ["PATH"] = f"{BIN}:{os.environ.get('PATH', '')}"
-    cmdline = "--check" if check else ""
-    if limit:
-        cmdline += f" --limit {limit}"
-    if tags:
-        cmdline += f" --tags {tags}"
-    (tmp / "runner").mkdir(parents=True, exist_ok=True)
-    import signal  # noqa: PLC0415
-
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    r = ansible_runner.run(
-        private_data_dir=str(tmp / "runner"),
-        playbook=str(PLAYBOOKS / playbook),
-        inventory=str(fleet.inventory_path),
-        extravars=extravars,
-        cmdline=cmdline.strip() or None,
-        envvars={
-            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-            "ANSIBLE_COLLECTIONS_PATH": str(PLAYBOOKS / "collections"),
-            "ANSIBLE_FORKS": "8",
-            "ANSIBLE_PIPELINING": "True",
-            "ANSIBLE_NOCOLOR": "1",
-        },
-        quiet=True,
-        suppress_env_files=True,
-    )
-    for sig, handler in saved.items():  # ansible-runner leaves its own handlers installed
-        if handler is not None:
-            signal.signal(sig, handler)
-    facts: dict[str, dict[str, Any]] = {}
+    c = content.locate()
+    state = events.RunState(check_mode=check)
     lines: list[str] = []
-    for ev in r.events:
-        data = ev.get("event_data", {})
+
+    def on_event(ev: dict[str, Any]) -> None:
+        state.feed(ev)
         if ev.get("stdout"):
-            lines.append(ev["stdout"])
-        if ev.get("event") == "runner_on_ok":
-            af = data.get("res", {}).get("ansible_facts") or {}
-            if af:
-                facts.setdefault(data["host"], {}).update(af)
-    stats: dict[str, dict[str, int]] = {}
-    for key, per_host in (r.stats or {}).items():
-        if isinstance(per_host, dict):
-            for host, n in per_host.items():
-                stats.setdefault(host, {})[key] = n
-    return PlayResult(r.rc, stats, facts, "\n".join(lines))
+            lines.append(str(ev["stdout"]))
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    req = runner.RunRequest(
+        project_dir=c.playbooks,
+        playbook=playbook,
+        inventory=Path(fleet.inventory_path),
+        artifact_dir=tmp / "runs",
+        ident="run",
+        extravars=extravars,
+        collections_path=c.collections_path,
+        limit=limit,
+        tags=tags,
+        skip_tags=skip_tags,
+        check=check,
+        forks=8,
+        become=None,  # the lab inventory says become
+    )
+    result = runner.run_playbook(req, on_event)
+    state.apply_stats({k: dict(v) for k, v in result.stats.items()})
+    return PlayResult(result.rc, result.status, dict(state.hosts), "\n".join(lines))
 
 
 PROVISION = BIN / "provision"
