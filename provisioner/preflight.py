@@ -156,8 +156,9 @@ def repo_arch(arch: str | None) -> str | None:
 def python_warnings(
     result: ProbeResult, torch: str, build: str, releases: dict[str, Any]
 ) -> list[str]:
-    """The target's python3 against the Python range of the stack's torch wheels."""
-    rel = releases.get(torch) if build == "cu121" else None
+    """The target's python3 against the Python range of the stack's torch wheels (`releases`:
+    the matrix's table for the stack's build, {} for builds it does not list)."""
+    rel = releases.get(torch)
     if rel is None or not result.python:
         return []
     lo, hi = (tuple(int(x) for x in str(v).split(".")) for v in rel["python"])

@@ -1,6 +1,6 @@
 """The only module that imports ansible_runner. Runs a playbook, returns a frozen RunResult.
 
-Pitfalls handled (see shared/reference/style-anchors.md Part F): a fresh private data dir per run
+Pitfalls handled: a fresh private data dir per run
 with `suppress_env_files` (no secrets or stale env files on disk); an absolute, existing inventory;
 ANSIBLE_HOST_KEY_CHECKING=True unless the caller says otherwise; only the environment Ansible needs;
 PATH gets the interpreter's bin dir so ansible-playbook is found without an activated venv; Ctrl-C

@@ -173,9 +173,9 @@ def build_extravars(s: Settings, stack: Stack) -> dict[str, Any]:
     extravars = stack.to_extravars(allow_reboot=not s.no_reboot)
     extravars.update(connection_overrides(s))
     if s.command == "check":
-        extravars["validation_enabled"] = bool(s.validate)
+        extravars["gpu_stack_validation_enabled"] = bool(s.validate)
     elif s.command == "validate":
-        extravars["validation_enabled"] = True
+        extravars["gpu_stack_validation_enabled"] = True
     extravars.update(ev.parse(s.extra_vars))
     return extravars
 
@@ -233,9 +233,8 @@ def _preflight(
     results = (fn or run_preflight)(tg.targets, opts)
     for line in preflight_lines(results):
         echo_err(line)
-    matrix = stk.load_matrix()
-    distros = matrix.get("cuda", {}).get(stack.cuda_version, {}).get("distros", [])
-    releases = matrix.get("pytorch", {}).get("cu121", {}).get("releases", {})
+    distros = stack.distros()
+    releases = stack.torch_releases()
     pt = stack.data["pytorch"]
     for r in results:
         out.probes[r.host] = r

@@ -28,7 +28,7 @@ _DISTRO_ARCH = r"^[a-z]+[0-9]+/(x86_64|sbsa|ppc64el|cross-linux-sbsa)$"
 
 @dataclass(frozen=True)
 class Field:
-    """One leaf of the schema."""
+    """One leaf of the schema. `hint` may name the built-in default as `{default}`."""
 
     kinds: tuple[type, ...]
     nullable: bool = False
@@ -52,19 +52,21 @@ SCHEMA: dict[str, Any] = {
     "schema": Field((int,), choices=(1,)),
     "name": _s(r"^[A-Za-z0-9_.-]+$"),
     "driver": {
-        "branch": _s(r"^\d{3}$", hint='a driver branch such as "535"'),
+        "branch": _s(r"^\d{3}$", hint='a driver branch such as "{default}"'),
         "version": _s(
-            r"^\d+\.\d+(\.\d+)?$", nullable=True, hint='a full version such as "535.129.03"'
+            r"^\d+\.\d+(\.\d+)?$", nullable=True,
+            hint="a full version of the branch: <branch>.<minor>.<patch>",
         ),
         "flavor": _choice("proprietary", "open"),
         "fabricmanager": _choice("auto", "always", "never"),
     },
-    "cuda": {"version": _s(r"^\d+\.\d+$", hint='major.minor such as "12.1"')},
-    "cudnn": {"version": _s(r"^\d+\.\d+\.\d+\.\d+$", hint='four parts such as "8.9.2.26"')},
-    "nccl": {"version": _s(_VERSION3, hint='three parts such as "2.18.3"')},
+    "cuda": {"version": _s(r"^\d+\.\d+$", hint='major.minor such as "{default}"')},
+    "cudnn": {"version": _s(r"^\d+\.\d+\.\d+\.\d+$", hint='four parts such as "{default}"')},
+    "nccl": {"version": _s(_VERSION3, hint='three parts such as "{default}"')},
     "pytorch": {
-        "version": _s(r"^\d+\.\d+\.\d+([.a-z0-9+]*)?$", hint='such as "2.5.1"'),
-        "build": _choice("cu121", "cpu"),
+        "version": _s(r"^\d+\.\d+\.\d+([.a-z0-9+]*)?$", hint='such as "{default}"'),
+        # the matrix's pytorch table names the CUDA builds (cu<major><minor>); `cpu` is always known
+        "build": _s(r"^[a-z0-9]+$", hint="a build label of the matrix's pytorch table, or cpu"),
         "venv": _s(r"^/", hint="an absolute path"),
         "torchvision": _s(r"^\d+\.\d+\.\d+", nullable=True),
         "torchaudio": _s(r"^\d+\.\d+\.\d+", nullable=True),
@@ -86,6 +88,29 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+# Stack variables (docs/architecture.md, "Role variables"): every leaf of a section is the role
+# variable gpu_stack_<section>_<key>. Variable name -> path in the stack.
+STACK_VARS: dict[str, tuple[str, ...]] = {
+    f"gpu_stack_{section}_{key}": (section, key)
+    for section, sub in SCHEMA.items()
+    if isinstance(sub, dict)
+    for key in sub
+}
+# Variables derived from the stack and the matrix (not settable; set the stack key instead).
+DERIVED_VARS = {
+    "gpu_stack_pytorch_python_range": "pytorch.version and pytorch.build",
+    "gpu_stack_cuda_min_driver": "cuda.version",
+    "gpu_stack_cudnn_build": "cudnn.version and cuda.version",
+    "gpu_stack_nccl_build": "nccl.version and cuda.version",
+}
+CPU_BUILD = "cpu"
+
+
+def cuda_build_label(cuda: str) -> str:
+    """PyTorch's build label for a CUDA version: X.Y -> cuXY (download.pytorch.org/whl/<label>)."""
+    return "cu" + cuda.replace(".", "")
+
+
 @dataclass(frozen=True)
 class Stack:
     """A resolved, validated stack."""
@@ -95,6 +120,7 @@ class Stack:
     warnings: tuple[str, ...] = field(default=())
     # unconfirmed distro support; preflight reports it per host, so runs print it only without one
     distro_warning: str | None = None
+    matrix: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -115,52 +141,56 @@ class Stack:
     def carries(self) -> list[str]:
         return [str(x) for x in self.data["mirrors"]["nvidia_repo_carries"]]
 
+    def _matrix(self) -> dict[str, Any]:
+        return self.matrix or load_matrix()
+
+    def cuda_row(self) -> dict[str, Any]:
+        """The matrix row of the stack's CUDA version."""
+        return dict(self._matrix().get("cuda", {}).get(self.cuda_version) or {})
+
+    def distros(self) -> list[dict[str, Any]]:
+        """The distro rows of the stack's CUDA version (name, arches, confidence)."""
+        return list(self.cuda_row().get("distros") or [])
+
+    def torch_releases(self) -> dict[str, Any]:
+        """The matrix's torch releases for the stack's build; {} for CPU builds."""
+        build = str(self.data["pytorch"]["build"])
+        return dict((self._matrix().get("pytorch", {}).get(build) or {}).get("releases") or {})
+
     def pytorch_python_range(self) -> list[str]:
         """[min, max] Python (major.minor) of the torch wheels, from the matrix; [] if unknown."""
-        pt = self.data["pytorch"]
-        if pt["build"] != "cu121":
-            return []
-        rel = load_matrix().get("pytorch", {}).get("cu121", {}).get("releases", {})
-        rng = (rel.get(str(pt["version"])) or {}).get("python") or []
-        return [str(v) for v in rng][:2]
+        rel = self.torch_releases().get(str(self.data["pytorch"]["version"])) or {}
+        return [str(v) for v in rel.get("python") or []][:2]
+
+    def cuda_min_driver(self) -> str:
+        return str((self.cuda_row().get("min_driver") or {}).get("version") or "")
+
+    def cudnn_build(self) -> str:
+        """Package build label of the cuDNN row for the stack's cuDNN major (e.g. cuda<X.Y>)."""
+        rows = {int(r["major"]): r for r in self.cuda_row().get("cudnn") or []}
+        return str((rows.get(self.cudnn_major) or {}).get("build") or "")
+
+    def nccl_build(self) -> str:
+        """Package build label of the NCCL row listing the stack's version (else the first row)."""
+        rows = list(self.cuda_row().get("nccl") or [])
+        version = str(self.data["nccl"]["version"])
+        row = next((r for r in rows if version in [str(v) for v in r.get("versions", [])]),
+                   rows[0] if rows else {})
+        return str(row.get("build") or "")
 
     def to_extravars(self, *, allow_reboot: bool = True) -> dict[str, Any]:
-        """The role variables of docs/architecture.md; `None` becomes "" for string variables."""
-        d = self.data
-        cuda = self.cuda_version
-        pt = d["pytorch"]
-        val = d["validation"]
-        mir = d["mirrors"]
-        return {
-            "nvidia_repo_base_url": mir["nvidia_repo"],
-            "nvidia_repo_carries": self.carries(),
-            "nvidia_driver_branch": d["driver"]["branch"],
-            "nvidia_driver_version": d["driver"]["version"] or "",
-            "nvidia_driver_flavor": d["driver"]["flavor"],
-            "nvidia_driver_fabricmanager": d["driver"]["fabricmanager"],
-            "nvidia_driver_allow_reboot": allow_reboot,
-            "cuda_toolkit_version": cuda,
-            "cuda_env_cuda_version": cuda,
-            "cudnn_version": d["cudnn"]["version"],
-            "cudnn_major": self.cudnn_major,
-            "cudnn_cuda_version": cuda,
-            "nccl_version": d["nccl"]["version"],
-            "nccl_cuda_version": cuda,
-            "pytorch_version": pt["version"],
-            "pytorch_build": pt["build"],
-            "pytorch_venv": pt["venv"],
-            "pytorch_index_url": mir["pytorch_index"] or "",
-            "pytorch_find_links": mir["pytorch_find_links"] or "",
-            "pytorch_torchvision_version": pt["torchvision"] or "",
-            "pytorch_torchaudio_version": pt["torchaudio"] or "",
-            "pytorch_python_range": self.pytorch_python_range(),
-            "validation_enabled": val["enabled"],
-            "validation_backend": val["backend"],
-            "validation_nproc_per_node": val["nproc_per_node"],
-            "validation_timeout_s": val["timeout_s"],
-            "validation_network_interface": val["network_interface"] or "",
-            "validation_thresholds": copy.deepcopy(val["thresholds"]),
-        }
+        """The role variables of docs/architecture.md: gpu_stack_<section>_<key> for every leaf
+        (`None` becomes ""), the derived gpu_stack_* values, and nvidia_driver_allow_reboot."""
+        out: dict[str, Any] = {}
+        for var, (section, key) in STACK_VARS.items():
+            value = self.data[section][key]
+            out[var] = "" if value is None else copy.deepcopy(value)
+        out["gpu_stack_pytorch_python_range"] = self.pytorch_python_range()
+        out["gpu_stack_cuda_min_driver"] = self.cuda_min_driver()
+        out["gpu_stack_cudnn_build"] = self.cudnn_build()
+        out["gpu_stack_nccl_build"] = self.nccl_build()
+        out["nvidia_driver_allow_reboot"] = allow_reboot
+        return out
 
 
 def _yaml_load(path: Path) -> Any:  # noqa: ANN401 - YAML documents are untyped
@@ -197,7 +227,9 @@ def load_matrix(path: Path = MATRIX) -> dict[str, Any]:
     return data
 
 
-def _check_leaf(path: str, value: Any, spec: Field, errors: list[str]) -> Any:  # noqa: ANN401
+def _check_leaf(
+    path: str, value: Any, spec: Field, errors: list[str], default: Any = None  # noqa: ANN401
+) -> Any:  # noqa: ANN401
     if value is None:
         if not spec.nullable:
             errors.append(f"{path}: a value is required (got null)")
@@ -208,7 +240,7 @@ def _check_leaf(path: str, value: Any, spec: Field, errors: list[str]) -> Any:  
     if isinstance(value, int) and not isinstance(value, bool) and str in spec.kinds and (
         int not in spec.kinds and spec.pattern is not None
     ):
-        value = str(value)  # e.g. `branch: 535`
+        value = str(value)  # an unquoted driver branch
     ok_type = isinstance(value, spec.kinds) and not (
         isinstance(value, bool) and bool not in spec.kinds
     )
@@ -219,7 +251,7 @@ def _check_leaf(path: str, value: Any, spec: Field, errors: list[str]) -> Any:  
     if spec.choices and value not in spec.choices:
         errors.append(f"{path}: {value!r} is not one of {', '.join(map(str, spec.choices))}")
     if spec.pattern and isinstance(value, str) and not re.match(spec.pattern, value):
-        hint = f" (expected {spec.hint})" if spec.hint else ""
+        hint = f" (expected {spec.hint.format(default=default)})" if spec.hint else ""
         errors.append(f"{path}: {value!r} is not valid{hint}")
     return value
 
@@ -241,7 +273,7 @@ def _merge(path: str, user: Any, default: Any, schema: Any, errors: list[str]) -
             else:
                 out[key] = copy.deepcopy(default[key])
         return out
-    return _check_leaf(path, user, schema, errors)
+    return _check_leaf(path, user, schema, errors, default)
 
 
 def _vtuple(version: str) -> tuple[int, ...]:
@@ -311,15 +343,26 @@ def _rule_pytorch(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, A
     cuda = str(data["cuda"]["version"])
     pt = data["pytorch"]
     tv = str(pt["version"])
-    if pt["build"] != "cu121":
+    build = str(pt["build"])
+    tables = matrix.get("pytorch", {})
+    if build == CPU_BUILD:
         return
-    if cuda != "12.1":
-        errors.append(f"pytorch.build cu121 does not match CUDA {cuda}")
-    releases = matrix.get("pytorch", {}).get("cu121", {}).get("releases", {})
+    if build not in tables:
+        known = ", ".join([*tables, CPU_BUILD])
+        errors.append(f"pytorch.build: {build!r} is not one of {known}")
+        return
+    if build != cuda_build_label(cuda):
+        errors.append(
+            f"pytorch.build {build} does not match CUDA {cuda} "
+            f"(the build for CUDA {cuda} is {cuda_build_label(cuda)})"
+        )
+    releases = tables[build].get("releases", {})
     rel = releases.get(tv)
     if rel is None:
         first, last = min(releases, key=_vtuple), max(releases, key=_vtuple)
-        errors.append(f"torch {tv} has no cu121 wheels (cu121 wheels exist for {first} to {last})")
+        errors.append(
+            f"torch {tv} has no {build} wheels ({build} wheels exist for {first} to {last})"
+        )
         return
     if pt["torchvision"] and str(pt["torchvision"]) != str(rel["torchvision"]):
         errors.append(
@@ -408,7 +451,8 @@ def resolve(user: Mapping[str, Any] | None, *, source: str = "(inline)") -> Stac
     data = _merge("", user or {}, default, SCHEMA, errors)
     if errors:
         raise StackError(f"stack {source}:\n  " + "\n  ".join(errors))
-    rule_errors, warnings = _rules(data, load_matrix())
+    matrix = load_matrix()
+    rule_errors, warnings = _rules(data, matrix)
     if rule_errors:
         raise StackError(f"stack {source}:\n  " + "\n  ".join(rule_errors))
     distro = [w.removeprefix(DISTRO_PREFIX) for w in warnings if w.startswith(DISTRO_PREFIX)]
@@ -417,6 +461,7 @@ def resolve(user: Mapping[str, Any] | None, *, source: str = "(inline)") -> Stac
         source=source,
         warnings=tuple(w for w in warnings if not w.startswith(DISTRO_PREFIX)),
         distro_warning=distro[0] if distro else None,
+        matrix=matrix,
     )
 
 

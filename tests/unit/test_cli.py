@@ -180,7 +180,7 @@ def test_stack_show_and_validate(tmp_path: Path) -> None:
     assert r.exit_code == 0
     assert json.loads(r.stdout)["driver"]["branch"] == "535"
     r = invoke("stack", "show", "--vars")
-    assert "nvidia_driver_branch: '535'" in r.stdout
+    assert "gpu_stack_driver_branch: '535'" in r.stdout
     r = invoke("stack", "show")
     assert r.stdout.startswith("# source: built-in default")
     r = invoke("stack", "validate")
@@ -206,17 +206,20 @@ def test_extra_vars_forms(tmp_path: Path) -> None:
 
 
 def test_extra_vars_override_the_stack() -> None:
-    s = session.Settings(command="run", extra_vars=("nvidia_driver_branch=550",), no_reboot=True)
+    s = session.Settings(command="run", extra_vars=("nvidia_driver_reboot_local=true",),
+                         no_reboot=True)
 
     ev = session.build_extravars(s, stack.load(None))
-    assert ev["nvidia_driver_branch"] == "550"
+    assert ev["nvidia_driver_reboot_local"] == "true"
     assert ev["nvidia_driver_allow_reboot"] is False
     chk = session.build_extravars(session.Settings(command="check"), stack.load(None))
-    assert chk["validation_enabled"] is False
+    assert chk["gpu_stack_validation_enabled"] is False
     chk = session.build_extravars(
         session.Settings(command="check", validate=True), stack.load(None)
     )
-    assert chk["validation_enabled"] is True
+    assert chk["gpu_stack_validation_enabled"] is True
+    val = session.build_extravars(session.Settings(command="validate"), stack.load(None))
+    assert val["gpu_stack_validation_enabled"] is True
 
 
 def test_history_commands(state_dir: Path) -> None:

@@ -144,7 +144,7 @@ def test_check_drift_and_history(tmp_path: Path, demo_content: Path) -> None:
     assert session.execute(s, state=st, run_fn=replay, preflight_fn=probes({})) == 1
     (req,) = replay.requests
     assert req.check is True
-    assert req.extravars["validation_enabled"] is True
+    assert req.extravars["gpu_stack_validation_enabled"] is True
     assert req.forks == 3
     # the recorded run also holds h-fail (failed): the report keeps it, the exit code follows
     saved = st.load_report("latest")

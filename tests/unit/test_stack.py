@@ -201,56 +201,83 @@ def test_stack_file_errors(tmp_path: Path) -> None:
         stack.load(lst)
 
 
-ROLE_VARS = {
-    "nvidia_repo_base_url",
-    "nvidia_repo_carries",
-    "nvidia_driver_branch",
-    "nvidia_driver_version",
-    "nvidia_driver_flavor",
-    "nvidia_driver_fabricmanager",
-    "nvidia_driver_allow_reboot",
-    "cuda_toolkit_version",
-    "cuda_env_cuda_version",
-    "cudnn_version",
-    "cudnn_major",
-    "cudnn_cuda_version",
-    "nccl_version",
-    "nccl_cuda_version",
-    "pytorch_version",
-    "pytorch_build",
-    "pytorch_venv",
-    "pytorch_index_url",
-    "pytorch_find_links",
-    "pytorch_torchvision_version",
-    "pytorch_torchaudio_version",
-    "pytorch_python_range",
-    "validation_enabled",
-    "validation_backend",
-    "validation_nproc_per_node",
-    "validation_timeout_s",
-    "validation_network_interface",
-    "validation_thresholds",
+def _leaves(doc: dict) -> set[tuple[str, str]]:
+    return {(sec, key) for sec, sub in doc.items() if isinstance(sub, dict) for key in sub}
+
+
+DERIVED = {
+    "gpu_stack_pytorch_python_range",
+    "gpu_stack_cuda_min_driver",
+    "gpu_stack_cudnn_build",
+    "gpu_stack_nccl_build",
 }
 
 
+def test_stack_vars_name_every_leaf_of_the_default_stack() -> None:
+    default = yaml.safe_load((REPO / "provisioner" / "data" / "default-stack.yml").read_text())
+    assert set(stack.STACK_VARS.values()) == _leaves(default)
+    for var, (section, key) in stack.STACK_VARS.items():
+        assert var == f"gpu_stack_{section}_{key}"
+
+
 def test_to_extravars_produces_exactly_the_role_variables() -> None:
-    ev = stack.load(None).to_extravars()
-    assert set(ev) == ROLE_VARS
-    assert ev["nvidia_driver_branch"] == "535"
-    assert ev["nvidia_driver_version"] == ""
-    assert ev["cudnn_major"] == 8
-    assert (
-        ev["cuda_toolkit_version"] == ev["cudnn_cuda_version"] == ev["nccl_cuda_version"] == "12.1"
-    )
+    s = stack.load(None)
+    ev = s.to_extravars()
+    assert set(ev) == {*stack.STACK_VARS, *DERIVED, "nvidia_driver_allow_reboot"}
+    for var, (section, key) in stack.STACK_VARS.items():
+        value = s.data[section][key]
+        assert ev[var] == ("" if value is None else value), var
+    assert ev["gpu_stack_driver_version"] == ""  # null becomes ""
+    assert ev["gpu_stack_cuda_version"] == s.cuda_version
     assert ev["nvidia_driver_allow_reboot"] is True
-    assert stack.load(None).to_extravars(allow_reboot=False)["nvidia_driver_allow_reboot"] is False
-    assert stack.resolve({"cudnn": {"version": "9.1.0.70"}}).to_extravars()["cudnn_major"] == 9
+    assert s.to_extravars(allow_reboot=False)["nvidia_driver_allow_reboot"] is False
+    matrix = stack.load_matrix()
+    row = matrix["cuda"][s.cuda_version]
+    assert ev["gpu_stack_cuda_min_driver"] == row["min_driver"]["version"]
+    cudnn_rows = {r["major"]: r for r in row["cudnn"]}
+    assert ev["gpu_stack_cudnn_build"] == cudnn_rows[s.cudnn_major]["build"]
+    assert ev["gpu_stack_nccl_build"] == row["nccl"][0]["build"]
+    nine = stack.resolve({"cudnn": {"version": "9.1.0.70"}}).to_extravars()
+    assert nine["gpu_stack_cudnn_build"] == cudnn_rows[9]["build"] != ev["gpu_stack_cudnn_build"]
     # the Python range of the stack's torch wheels (matrix), for preflight; none for CPU builds
-    assert ev["pytorch_python_range"] == ["3.9", "3.12"]
+    assert ev["gpu_stack_pytorch_python_range"] == ["3.9", "3.12"]
     old = stack.resolve({"pytorch": {"version": "2.1.2", "torchvision": "0.16.2"}})
-    assert old.to_extravars()["pytorch_python_range"] == ["3.8", "3.11"]
+    assert old.to_extravars()["gpu_stack_pytorch_python_range"] == ["3.8", "3.11"]
     cpu = stack.resolve({"pytorch": {"build": "cpu", "version": "2.13.0"}})
-    assert cpu.to_extravars()["pytorch_python_range"] == []
+    assert cpu.to_extravars()["gpu_stack_pytorch_python_range"] == []
+
+
+VERSION_LITERAL = re.compile(r"(?<![\d.])(12\.1|cu121|8\.9\.2|2\.18\.3|535)(?![\d])")
+
+
+def test_no_version_literal_in_the_cli_code() -> None:
+    """The stack data (default-stack.yml, matrix.yml) is the only place a version is written."""
+    hits = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for p in sorted((REPO / "provisioner").rglob("*.py"))
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if VERSION_LITERAL.search(line)
+    ]
+    assert hits == []
+
+
+def test_the_version_literal_pattern_finds_what_it_should() -> None:
+    for text in ('"12.1"', "cu121", "8.9.2.26", "2.18.3", 'branch "535"'):
+        assert VERSION_LITERAL.search(text), text
+    for text in ("65535", "12.10", "1535x"):
+        assert not VERSION_LITERAL.search(text), text
+
+
+def test_matrix_sources_are_public() -> None:
+    text = (REPO / "provisioner" / "data" / "matrix.yml").read_text(encoding="utf-8")
+    assert "nvidia-facts" not in text
+    assert "shared/" not in text
+    matrix = yaml.safe_load(text)
+    rows = [matrix["driver"]["open_kernel_modules"], matrix["pytorch"]["cu121"]]
+    for cuda in matrix["cuda"].values():
+        rows += [cuda["min_driver"], *cuda["cudnn"], *cuda["nccl"], *cuda["distros"]]
+    for row in rows:
+        assert re.search(r"https://|[\w.-]+/[\w.-]+(:[\w./-]+|#\d+)", row["source"]), row
 
 
 def test_every_matrix_row_has_source_and_confidence() -> None:
