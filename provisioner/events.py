@@ -12,8 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CHECK_STATUSES = ("pass", "drift", "fail", "skip")
-HOST_STATUSES = ("ok", "changed", "drift", "failed", "unreachable")
+from provisioner import model
+
+CHECK_STATUSES = model.CHECK_STATUSES
+HOST_STATUSES = model.HOST_STATUSES
+
 _ASSERTS = frozenset(
     {"assert", "ansible.builtin.assert", "fail", "ansible.builtin.fail", "ansible.legacy.assert"}
 )
