@@ -130,15 +130,44 @@ def connection_overrides(s: Settings) -> dict[str, Any]:
     return out
 
 
-def build_extravars(s: Settings, stack: Stack) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunVars:
+    """The stack (with -e gpu_stack_* folded in) and the extra variables Ansible gets."""
+
+    stack: Stack
+    extravars: dict[str, Any]
+
+
+STACK_PREFIX = "gpu_stack_"
+
+
+def build_extravars(
+    s: Settings, stack: Stack, warn: Callable[[str], None] | None = None
+) -> RunVars:
+    """Stack variables, then connection overrides, the command's own settings, and `-e` last.
+
+    `-e gpu_stack_*` is folded into the stack (same schema and matrix; the report shows it),
+    connection variables from -e are refused, and --no-reboot wins over
+    -e nvidia_driver_allow_reboot."""
+    given = ev.parse(s.extra_vars)
+    ev.refuse_connection_vars(given)
+    stack = stk.fold_overrides(stack, {k: v for k, v in given.items()
+                                       if k.startswith(STACK_PREFIX)})
+    rest = {k: v for k, v in given.items() if not k.startswith(STACK_PREFIX)}
     extravars = stack.to_extravars(allow_reboot=not s.no_reboot)
     extravars.update(connection_overrides(s))
-    if s.command == "check":
-        extravars["gpu_stack_validation_enabled"] = bool(s.validate)
-    elif s.command == "validate":
-        extravars["gpu_stack_validation_enabled"] = True
-    extravars.update(ev.parse(s.extra_vars))
-    return extravars
+    if "gpu_stack_validation_enabled" not in given:
+        if s.command == "check":
+            extravars["gpu_stack_validation_enabled"] = bool(s.validate)
+        elif s.command == "validate":
+            extravars["gpu_stack_validation_enabled"] = True
+    if s.no_reboot and "nvidia_driver_allow_reboot" in rest:
+        (warn or echo_err)(
+            f"warning: --no-reboot wins over -e nvidia_driver_allow_reboot="
+            f"{rest.pop('nvidia_driver_allow_reboot')}"
+        )
+    extravars.update(rest)
+    return RunVars(stack, extravars)
 
 
 PREFLIGHT_REMEDIATION = {
@@ -375,10 +404,10 @@ def execute(
 ) -> int:
     """Run one command; returns the exit code. Raises ProvisionError for usage/setup problems."""
     started = now()
-    stack = stk.load(s.stack_path)
+    rv = build_extravars(s, stk.load(s.stack_path))
+    stack, extravars = rv.stack, rv.extravars
     for w in stack.warnings if not s.no_preflight else stack.all_warnings:
         echo_err(f"warning: stack: {w}")
-    extravars = build_extravars(s, stack)
     tg = resolve_targets(s)
     content = locate()
     content.playbook(PLAYBOOKS[s.command])  # SetupError (exit 4) before any host is contacted

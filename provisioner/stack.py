@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner import yamlfile
 from provisioner.exitcodes import SetupError, StackError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_STACK = DATA_DIR / "default-stack.yml"
 MATRIX = DATA_DIR / "matrix.yml"
+MAX_STACK_BYTES = 64 * 1024  # a full stack is about 1 KiB
+DATA_LIMIT = 4 * yamlfile.MiB
 
 DISTRO_PREFIX = "distros: "
 _VERSION3 = r"^\d+\.\d+\.\d+$"
@@ -67,7 +70,7 @@ SCHEMA: dict[str, Any] = {
         "version": _s(r"^\d+\.\d+\.\d+([.a-z0-9+]*)?$", hint='such as "{default}"'),
         # the matrix's pytorch table names the CUDA builds (cu<major><minor>); `cpu` is always known
         "build": _s(r"^[a-z0-9]+$", hint="a build label of the matrix's pytorch table, or cpu"),
-        "venv": _s(r"^/", hint="an absolute path"),
+        "venv": _s(r"^[A-Za-z0-9_.+/@-]+$", hint="an absolute path such as {default}"),
         "torchvision": _s(r"^\d+\.\d+\.\d+", nullable=True),
         "torchaudio": _s(r"^\d+\.\d+\.\d+", nullable=True),
     },
@@ -193,38 +196,28 @@ class Stack:
         return out
 
 
-def _yaml_load(path: Path) -> Any:  # noqa: ANN401 - YAML documents are untyped
-    import yaml  # noqa: PLC0415 - lazy: keep `provision --help` fast
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last one
-        silently, so a second `driver:` block would quietly replace the first)."""
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: ANN401
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark
-                    )
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
+def _data_file(path: Path, what: str) -> dict[str, Any]:
+    """A data file shipped with provision (matrix, default stack): broken means a broken install."""
     try:
-        with path.open(encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise StackError(f"{path}: not valid YAML: {exc}") from exc
+        data = yamlfile.load(path, limit=DATA_LIMIT, what=what)
+    except yamlfile.YamlFileError as exc:
+        raise SetupError(f"{exc} (broken install?)") from exc
+    if not isinstance(data, dict):
+        raise SetupError(f"{what} {path}: not a mapping (broken install?)")
+    return data
 
 
 def load_matrix(path: Path = MATRIX) -> dict[str, Any]:
-    if not path.is_file():
-        raise SetupError(f"compatibility matrix not found: {path} (broken install?)")
-    data = _yaml_load(path)
-    if not isinstance(data, dict):
-        raise SetupError(f"{path}: the matrix is not a mapping")
-    return data
+    return _data_file(path, "compatibility matrix")
+
+
+def _show(value: object, limit: int = 60) -> str:
+    """repr() for messages, cut short: a value may be a 60 KiB string."""
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
 def _check_leaf(
@@ -235,7 +228,7 @@ def _check_leaf(
             errors.append(f"{path}: a value is required (got null)")
         return value
     if isinstance(value, float) and str in spec.kinds:
-        errors.append(f"{path}: {value!r} is a YAML number; quote it as a string (\"{value}\")")
+        errors.append(f'{path}: {_show(value)} is a YAML number; quote it as a string ("{value}")')
         return value
     if isinstance(value, int) and not isinstance(value, bool) and str in spec.kinds and (
         int not in spec.kinds and spec.pattern is not None
@@ -246,13 +239,13 @@ def _check_leaf(
     )
     if not ok_type:
         want = " or ".join(k.__name__ for k in spec.kinds)
-        errors.append(f"{path}: expected {want}, got {type(value).__name__} {value!r}")
+        errors.append(f"{path}: expected {want}, got {type(value).__name__} {_show(value)}")
         return value
     if spec.choices and value not in spec.choices:
-        errors.append(f"{path}: {value!r} is not one of {', '.join(map(str, spec.choices))}")
+        errors.append(f"{path}: {_show(value)} is not one of {', '.join(map(str, spec.choices))}")
     if spec.pattern and isinstance(value, str) and not re.match(spec.pattern, value):
         hint = f" (expected {spec.hint.format(default=default)})" if spec.hint else ""
-        errors.append(f"{path}: {value!r} is not valid{hint}")
+        errors.append(f"{path}: {_show(value)} is not valid{hint}")
     return value
 
 
@@ -265,7 +258,7 @@ def _merge(path: str, user: Any, default: Any, schema: Any, errors: list[str]) -
         for key in user:
             if key not in schema:
                 where = f"{path}.{key}" if path else str(key)
-                errors.append(f"{where}: unknown key (known: {', '.join(schema)})")
+                errors.append(f"{_cut(where)}: unknown key (known: {', '.join(schema)})")
         for key, sub in schema.items():
             where = f"{path}.{key}" if path else key
             if key in user:
@@ -423,7 +416,48 @@ def _rule_distros(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, A
         )
 
 
-RULES = (_rule_driver, _rule_libraries, _rule_pytorch, _rule_validation, _rule_distros)
+# pip installs into pytorch.venv as root: it must be a directory of its own, never a system one
+SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
+    "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys",
+    "/usr", "/usr/local", "/usr/local/bin", "/usr/local/lib", "/usr/local/sbin",
+    "/usr/local/share", "/usr/local/include", "/usr/local/etc", "/var", "/var/lib",
+    "/var/cache", "/var/log", "/var/opt",
+})
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                "/run", "/sbin", "/sys", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32",
+                "/usr/lib64", "/usr/libexec", "/usr/include", "/usr/share", "/usr/src",
+                # world-writable: another user could plant the directory or a link first
+                "/tmp", "/var/tmp", "/dev/shm")  # noqa: S108
+
+
+def venv_problem(venv: str) -> str | None:
+    """Why `venv` cannot be the PyTorch venv, or None."""
+    if not venv.startswith("/"):
+        return "must be an absolute path"
+    parts = venv.split("/")
+    if any(p in (".", "..") for p in parts) or "//" in venv.rstrip("/"):
+        return "must be a plain absolute path (no '.', '..' or '//')"
+    norm = venv.rstrip("/") or "/"
+    if norm in SYSTEM_DIRS:
+        return "is a system directory; give a directory of its own, such as /opt/pytorch"
+    if any(norm == t or norm.startswith(t + "/") for t in SYSTEM_TREES):
+        return "is inside a system directory; give a directory of its own, such as /opt/pytorch"
+    if re.fullmatch(r"/home/[^/]+", norm):
+        return "is a home directory; give a directory of its own, such as /opt/pytorch"
+    return None
+
+
+def _rule_venv(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+               errors: list[str], warnings: list[str]) -> None:
+    venv = str(data["pytorch"]["venv"])
+    problem = venv_problem(venv)
+    if problem:
+        errors.append(f"pytorch.venv: {_show(venv)} {problem}")
+
+
+RULES = (_rule_driver, _rule_libraries, _rule_pytorch, _rule_validation, _rule_distros,
+         _rule_venv)
 
 
 def _rules(data: dict[str, Any], matrix: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -444,9 +478,7 @@ def _rules(data: dict[str, Any], matrix: dict[str, Any]) -> tuple[list[str], lis
 
 def resolve(user: Mapping[str, Any] | None, *, source: str = "(inline)") -> Stack:
     """Merge `user` over the default stack, validate structure and matrix rules."""
-    default = _yaml_load(DEFAULT_STACK) if DEFAULT_STACK.is_file() else None
-    if not isinstance(default, dict):
-        raise SetupError(f"default stack not found or invalid: {DEFAULT_STACK} (broken install?)")
+    default = _data_file(DEFAULT_STACK, "default stack")
     errors: list[str] = []
     data = _merge("", user or {}, default, SCHEMA, errors)
     if errors:
@@ -469,9 +501,10 @@ def load(path: Path | None) -> Stack:
     """Load and resolve a stack file; `None` gives the built-in default."""
     if path is None:
         return resolve(None, source="built-in default")
-    if not path.is_file():
-        raise StackError(f"stack file not found: {path}")
-    user = _yaml_load(path)
+    try:
+        user = yamlfile.load(path, limit=MAX_STACK_BYTES, what="stack file")
+    except yamlfile.YamlFileError as exc:
+        raise StackError(str(exc)) from exc
     if user is None:
         user = {}
     if not isinstance(user, dict):
@@ -479,6 +512,46 @@ def load(path: Path | None) -> Stack:
     if "name" not in user:
         user = {**user, "name": re.sub(r"[^A-Za-z0-9_.-]", "-", path.stem) or "stack"}
     return resolve(user, source=str(path))
+
+
+def _coerce(value: Any, spec: Field) -> Any:  # noqa: ANN401
+    """An -e value for a stack leaf: `key=value` gives strings, and "" stands for null."""
+    if not isinstance(value, str):
+        return value
+    if value == "" and spec.nullable:
+        return None
+    if str in spec.kinds:
+        return value
+    try:
+        return yamlfile.parse(value, "-e value")
+    except yamlfile.YamlFileError:
+        return value  # reported as a type error by the schema check
+
+
+def fold_overrides(stack: Stack, values: Mapping[str, Any]) -> Stack:
+    """`-e gpu_stack_<section>_<key>=...` folded into the stack and checked by the same schema
+    and matrix rules as a stack file (StackError, exit 2, naming the rule)."""
+    errors = []
+    for var in values:
+        if var in DERIVED_VARS:
+            errors.append(
+                f"-e {var}: derived from the matrix; set {DERIVED_VARS[var]} instead "
+                f"(-e gpu_stack_<section>_<key> or the stack file)"
+            )
+        elif var not in STACK_VARS:
+            errors.append(
+                f"-e {_cut(var)}: not a stack variable (see `provision stack show --vars`)"
+            )
+    if errors:
+        raise StackError("\n".join(errors))
+    if not values:
+        return stack
+    data = copy.deepcopy(stack.data)
+    for var, value in values.items():
+        section, key = STACK_VARS[var]
+        data[section][key] = _coerce(value, SCHEMA[section][key])
+    names = ", ".join(f"-e {k}" for k in values)
+    return resolve(data, source=f"{stack.source} with {names}")
 
 
 def dump(stack: Stack) -> str:

@@ -222,16 +222,16 @@ def test_extra_vars_override_the_stack() -> None:
     s = session.Settings(command="run", extra_vars=("nvidia_driver_reboot_local=true",),
                          no_reboot=True)
 
-    ev = session.build_extravars(s, stack.load(None))
+    ev = session.build_extravars(s, stack.load(None)).extravars
     assert ev["nvidia_driver_reboot_local"] == "true"
     assert ev["nvidia_driver_allow_reboot"] is False
-    chk = session.build_extravars(session.Settings(command="check"), stack.load(None))
+    chk = session.build_extravars(session.Settings(command="check"), stack.load(None)).extravars
     assert chk["gpu_stack_validation_enabled"] is False
     chk = session.build_extravars(
         session.Settings(command="check", validate=True), stack.load(None)
-    )
+    ).extravars
     assert chk["gpu_stack_validation_enabled"] is True
-    val = session.build_extravars(session.Settings(command="validate"), stack.load(None))
+    val = session.build_extravars(session.Settings(command="validate"), stack.load(None)).extravars
     assert val["gpu_stack_validation_enabled"] is True
 
 
@@ -303,13 +303,13 @@ def test_connection_options_override_an_inventory() -> None:
         key=Path("/k/id"),
         connection="paramiko",
     )
-    ev = session.build_extravars(s, stack.load(None))
+    ev = session.build_extravars(s, stack.load(None)).extravars
     assert ev["ansible_user"] == "ops"
     assert ev["ansible_port"] == 2222
     assert ev["ansible_ssh_private_key_file"] == "/k/id"
     assert ev["ansible_connection"] == "paramiko_ssh"
     with_hosts = session.Settings(command="run", hosts=("h",), user="ops")
-    assert "ansible_user" not in session.build_extravars(with_hosts, stack.load(None))
+    assert "ansible_user" not in session.build_extravars(with_hosts, stack.load(None)).extravars
 
 
 def test_options_before_and_after_the_subcommand_are_merged(
@@ -340,7 +340,10 @@ def test_a_later_scalar_wins_and_the_earlier_one_is_named(calls: list[session.Se
     assert r.exit_code == 0, r.output
     (s,) = calls
     assert (s.user, s.port) == ("bob", 2200)
-    assert "warning: --user given twice: 'bob' (to `provision validate`) replaces 'alice'" in r.stderr
+    assert (
+        "warning: --user given twice: 'bob' (to `provision validate`) replaces 'alice'"
+        in r.stderr
+    )
 
 
 def test_a_command_line_value_beats_the_environment_silently(

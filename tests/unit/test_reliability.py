@@ -3,17 +3,28 @@ not proven elsewhere). Every test here failed on the code before its fix."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import cli_env
+from test_session import Replay, probes
 
+from provisioner import extravars as ev
+from provisioner import session, stack
 from provisioner.cli import cli
+from provisioner.exitcodes import StackError, UsageProblem
 from provisioner.model import Report
 from provisioner.state import StateDir
 
+EXE = Path(sys.executable).parent / "provision"
 
-def run_cli(*args: str) -> object:
+
+def run_cli(*args: str) -> Any:
     return CliRunner().invoke(cli, list(args), prog_name="provision")
 
 
@@ -77,3 +88,209 @@ def test_previous_check_skips_a_corrupt_file_with_a_warning(state_dir: Path) -> 
     assert prev.run_id == "20260101T000000.000Z-check-aaaaaa"
     assert len(warnings) == 1
     assert "bbbbbb.json" in warnings[0]
+
+
+# ---------------------------------------------------------------- 3, 4, 8: hostile input files
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+    for p, n in zip("abcde", "bcdef", strict=True)
+) + "name: *f\n"  # 10^6 strings once expanded
+
+
+def test_yaml_alias_bomb_in_a_stack_file_is_refused(tmp_path: Path) -> None:
+    """Issue 14 item 3: error messages built with {value!r} expanded the aliases."""
+    f = tmp_path / "bomb.yml"
+    f.write_text(BOMB)
+    r = run_cli("stack", "validate", "--stack", str(f))
+    assert r.exit_code == 2
+    assert "YAML anchors (&a) are not allowed here" in r.output
+    assert str(f) in r.output
+    assert len(r.output) < 2000
+
+
+def test_yaml_alias_bomb_in_an_extra_vars_file_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "bomb.yml"
+    f.write_text(BOMB.replace("name:", "payload:"))
+    with pytest.raises(UsageProblem, match=r"YAML anchors \(&a\) are not allowed") as info:
+        ev.parse([f"@{f}"])
+    assert info.value.exit_code == 2
+    with pytest.raises(UsageProblem, match=r"YAML aliases \(\*x\) are not allowed"):
+        ev.parse(['{"a": *x}'])
+
+
+def test_an_oversized_stack_file_is_refused(tmp_path: Path) -> None:
+    """Issue 14 item 4: over ~128 KB the run crashed (Argument list too long)."""
+    f = tmp_path / "big.yml"
+    f.write_text("# padding\n" * 10_000 + "name: big\n")  # 100 KB
+    r = run_cli("stack", "validate", "--stack", str(f))
+    assert r.exit_code == 2
+    assert f"stack file {f}: larger than the limit of {stack.MAX_STACK_BYTES} bytes" in r.output
+
+
+def test_oversized_extra_vars_are_refused(tmp_path: Path) -> None:
+    f = tmp_path / "big.yml"
+    f.write_text("blob: '" + "x" * (ev.MAX_BYTES + 10) + "'\n")
+    with pytest.raises(UsageProblem, match=f"larger than the limit of {ev.MAX_BYTES} bytes"):
+        ev.parse([f"@{f}"])
+    half = "v=" + "y" * (ev.MAX_BYTES // 2 + 10)
+    with pytest.raises(UsageProblem, match="bytes of extra variables in all, over the limit"):
+        ev.parse([half, half])
+
+
+def test_non_utf8_stack_and_extra_vars_files_are_named_errors(tmp_path: Path) -> None:
+    """Issue 14 item 8: a UnicodeDecodeError traceback and exit 1."""
+    f = tmp_path / "latin1.yml"
+    f.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    r = run_cli("stack", "validate", "--stack", str(f))
+    assert r.exit_code == 2
+    assert f"stack file {f}: not UTF-8 text (byte 0xe9 at offset 9)" in r.output
+    with pytest.raises(UsageProblem, match="not UTF-8 text") as info:
+        ev.parse([f"@{f}"])
+    assert str(f) in info.value.message
+
+
+def test_stack_from_dev_null_and_from_a_pipe(tmp_path: Path) -> None:
+    """Issue 14 (low): `--stack /dev/null` and `--stack <(...)` said "not found"."""
+    r = run_cli("stack", "validate", "--stack", "/dev/null")
+    assert r.exit_code == 0, r.output
+    assert "valid" in r.output
+    p = subprocess.run(
+        ["bash", "-c", f"{EXE} stack show --json --stack <(echo \"driver: {{branch: '550'}}\")"],
+        env=cli_env(tmp_path), capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["driver"]["branch"] == "550"
+
+
+def test_a_directory_as_stack_is_a_named_error(tmp_path: Path) -> None:
+    r = run_cli("stack", "validate", "--stack", str(tmp_path))
+    assert r.exit_code == 2
+    assert "is a directory" in r.output or "directory" in r.output
+
+
+# ---------------------------------------------------------------- 5: -e and the stack, safety
+
+
+def _vars(*extra: str, **kw: object) -> session.RunVars:
+    s = session.Settings(command=str(kw.pop("command", "run")), extra_vars=extra, **kw)
+    return session.build_extravars(s, stack.load(None), warn=WARNINGS.append)
+
+
+WARNINGS: list[str] = []
+
+
+def test_extra_var_for_a_stack_variable_is_checked_by_the_matrix() -> None:
+    """Issue 14 item 5: -e nvidia_driver_branch=470 bypassed the matrix."""
+    with pytest.raises(StackError, match="driver branch 470 is below the minimum") as info:
+        _vars("gpu_stack_driver_branch=470")
+    assert info.value.exit_code == 2
+    assert "-e gpu_stack_driver_branch" in info.value.message
+    with pytest.raises(StackError, match=r"torch 2\.6\.0 has no cu121 wheels"):
+        _vars('{"gpu_stack_pytorch_version": "2.6.0"}')
+
+
+def test_extra_var_for_a_stack_variable_lands_in_the_resolved_stack() -> None:
+    rv = _vars("gpu_stack_driver_branch=550", "gpu_stack_validation_timeout_s=60",
+               "gpu_stack_pytorch_torchvision=")
+    assert rv.stack.data["driver"]["branch"] == "550"
+    assert rv.stack.data["validation"]["timeout_s"] == 60  # a key=value string, typed
+    assert rv.stack.data["pytorch"]["torchvision"] is None  # "" is null
+    assert rv.extravars["gpu_stack_driver_branch"] == "550"
+    assert rv.extravars["gpu_stack_validation_timeout_s"] == 60
+    assert "-e gpu_stack_driver_branch" in rv.stack.source
+
+
+def test_extra_var_stack_variables_in_the_report(tmp_path: Path, demo_content: Path) -> None:
+    replay = Replay("run")
+    s = session.Settings(command="run", hosts=("h-ok",), report_dir=tmp_path / "rep",
+                         extra_vars=("gpu_stack_driver_branch=550",))
+    session.execute(s, state=StateDir(tmp_path / "st"), run_fn=replay, preflight_fn=probes({}))
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["stack"]["driver"]["branch"] == "550"
+    assert replay.requests[0].extravars["gpu_stack_driver_branch"] == "550"
+
+
+@pytest.mark.parametrize("var", ["gpu_stack_cudnn_build", "gpu_stack_cuda_min_driver",
+                                 "gpu_stack_drivr_branch"])
+def test_derived_or_unknown_stack_variables_are_refused(var: str) -> None:
+    with pytest.raises(StackError, match=f"-e {var}: (derived from the matrix|not a stack)"):
+        _vars(f"{var}=x")
+
+
+def test_no_reboot_wins_over_extra_vars() -> None:
+    WARNINGS.clear()
+    rv = _vars("nvidia_driver_allow_reboot=true", no_reboot=True)
+    assert rv.extravars["nvidia_driver_allow_reboot"] is False
+    assert WARNINGS == ["warning: --no-reboot wins over -e nvidia_driver_allow_reboot=true"]
+    assert _vars("nvidia_driver_allow_reboot=false").extravars[
+        "nvidia_driver_allow_reboot"] == "false"
+
+
+def test_check_validate_setting_yields_to_an_explicit_extra_var() -> None:
+    rv = _vars("gpu_stack_validation_enabled=true", command="check")
+    assert rv.extravars["gpu_stack_validation_enabled"] is True
+    assert _vars(command="check").extravars["gpu_stack_validation_enabled"] is False
+
+
+@pytest.mark.parametrize(
+    ("var", "hint"),
+    [
+        ("ansible_host", "--host"),
+        ("ansible_port", "--port"),
+        ("ansible_user", "--user"),
+        ("ansible_connection", "--connection"),
+        ("ansible_ssh_common_args", "the inventory"),
+        ("ansible_ssh_private_key_file", "--key"),
+        ("ansible_become", "--become/--no-become"),
+        ("ansible_become_user", "--become/--no-become"),
+        ("ansible_become_pass", "-K/--ask-become-pass"),
+        ("ansible_password", "SSH keys"),
+    ],
+)
+def test_connection_variables_from_extra_vars_are_refused(var: str, hint: str) -> None:
+    with pytest.raises(UsageProblem) as info:
+        _vars(f"{var}=10.9.9.9")
+    assert info.value.exit_code == 2
+    assert f"-e {var}: a connection variable; use {hint}" in info.value.message
+
+
+def test_connection_variable_from_the_command_line_exits_2(tmp_path: Path) -> None:
+    r = run_cli("--host", "h", "-e", "ansible_host=10.9.9.9")
+    assert r.exit_code == 2
+    assert "-e ansible_host: a connection variable; use --host ADDRESS" in r.output
+
+
+# ---------------------------------------------------------------- 6: pytorch.venv
+
+
+@pytest.mark.parametrize(
+    ("venv", "problem"),
+    [
+        ("/", "is a system directory"),
+        ("/usr", "is a system directory"),
+        ("/etc", "is a system directory"),
+        ("/opt", "is a system directory"),
+        ("/usr/local", "is a system directory"),
+        ("/var/lib", "is a system directory"),
+        ("/usr/lib/python3", "is inside a system directory"),
+        ("/etc/pytorch", "is inside a system directory"),
+        ("/tmp/venv", "is inside a system directory"),
+        ("/home/alice", "is a home directory"),
+        ("/opt/../etc", "must be a plain absolute path"),
+        ("opt/pytorch", "must be an absolute path"),
+        ("./venv", "must be an absolute path"),
+    ],
+)
+def test_pytorch_venv_must_be_a_directory_of_its_own(venv: str, problem: str) -> None:
+    """Issue 14 item 6: `pytorch.venv: /` was accepted; pip would install into it as root."""
+    with pytest.raises(StackError) as info:
+        stack.resolve({"pytorch": {"venv": venv}})
+    assert info.value.exit_code == 2
+    assert f"pytorch.venv: {venv!r} {problem}" in info.value.message
+
+
+@pytest.mark.parametrize("venv", ["/opt/pytorch", "/srv/ml/venv", "/usr/local/pytorch",
+                                  "/home/alice/venv", "/var/lib/pytorch"])
+def test_pytorch_venv_accepts_a_directory_of_its_own(venv: str) -> None:
+    assert stack.resolve({"pytorch": {"venv": venv}}).data["pytorch"]["venv"] == venv

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
 import pytest
 import xmlschema
 from conftest import FIXTURES, recorded
