@@ -372,6 +372,10 @@ def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: Pro
     if target.connection in ("local", "ansible.builtin.local"):
         result.status, result.message = "skipped", "local connection: not probed"
         return
+    if target.deferred:
+        result.status = "skipped"
+        result.message = f"not probed: {target.deferred}; left to Ansible"
+        return
     sock = _open_socket(target, opts, result)
     if sock is None:
         return

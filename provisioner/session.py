@@ -35,6 +35,7 @@ from provisioner.preflight import (
     run_preflight,
 )
 from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
+from provisioner.redact import secret_values
 from provisioner.reports import iso, write_all
 from provisioner.settings import NO_TARGETS, Settings
 from provisioner.stack import Stack
@@ -136,6 +137,7 @@ class RunVars:
 
     stack: Stack
     extravars: dict[str, Any]
+    secrets: frozenset[str] = frozenset()  # secret values given with -e (scrubbed from output)
 
 
 STACK_PREFIX = "gpu_stack_"
@@ -167,7 +169,7 @@ def build_extravars(
             f"{rest.pop('nvidia_driver_allow_reboot')}"
         )
     extravars.update(rest)
-    return RunVars(stack, extravars)
+    return RunVars(stack, extravars, frozenset(secret_values(given)))
 
 
 PREFLIGHT_REMEDIATION = {
@@ -247,6 +249,7 @@ def _ansible(
     *,
     content: Content,
     extravars: dict[str, Any],
+    secrets: frozenset[str] = frozenset(),
     state: StateDir,
     run_id: str,
     run_fn: RunFn | None,
@@ -282,6 +285,7 @@ def _ansible(
             forks=s.forks or min(len(out.good), DEFAULT_MAX_FORKS),
             become=s.become is not False,
             become_password=become_password,
+            secrets=secrets.union(*(t.secrets for t in tg.targets)),
             known_hosts=s.known_hosts.expanduser().resolve() if s.known_hosts else None,
         )
         progress = Progress(rstate, verbosity=s.verbosity)
@@ -428,7 +432,8 @@ def execute(
     out = Outcome()
     _preflight(s, tg, stack, preflight_fn, out)
     rstate = _ansible(
-        s, tg, content=content, extravars=extravars, state=state, run_id=run_id,
+        s, tg, content=content, extravars=extravars, secrets=rv.secrets, state=state,
+        run_id=run_id,
         run_fn=run_fn, out=out,
     )
     _host_entries(s, tg, rstate, out)

@@ -294,3 +294,155 @@ def test_pytorch_venv_must_be_a_directory_of_its_own(venv: str, problem: str) ->
                                   "/home/alice/venv", "/var/lib/pytorch"])
 def test_pytorch_venv_accepts_a_directory_of_its_own(venv: str) -> None:
     assert stack.resolve({"pytorch": {"venv": venv}}).data["pytorch"]["venv"] == venv
+
+
+# ---------------------------------------------------------------- 1: secrets
+
+LEAKY = Path(__file__).resolve().parent / "fixtures" / "leaky"
+SECRETS = {
+    "-e": "S3cr3t-from-dash-e",
+    "-e @file": "S3cr3t-from-a-file",
+    "inventory": "S3cr3t-from-inventory",
+    "-K": "S3cr3t-become-pass",
+}
+
+
+def _all_written(*roots: Path) -> dict[Path, str]:
+    return {
+        p: p.read_text(encoding="utf-8", errors="replace")
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_no_secret_from_any_input_lands_in_what_the_run_writes(tmp_path: Path) -> None:
+    """Issue 14 item 1 (and Security): a secret planted through -e, -e @file, inventory vars and
+    -K is not in the artifacts (runs/<id>/command, stdout, job_events), report.json, junit.xml,
+    provision.prom, the history, or the output; extra vars go through a 0600 file, not argv."""
+    vars_file = tmp_path / "vault.yml"
+    vars_file.write_text(f"vault_password: {SECRETS['-e @file']}\n")
+    env = dict(cli_env(tmp_path), PROVISION_CONTENT_DIR=str(LEAKY))
+    p = subprocess.run(
+        [str(EXE), "-i", str(LEAKY / "inventory.yml"), "-K", "-vv", "--json",
+         "-e", f"api_token={SECRETS['-e']}", "-e", f"@{vars_file}",
+         "--report-dir", str(tmp_path / "rep")],
+        env=env, input=SECRETS["-K"] + "\n", capture_output=True, text=True, timeout=120,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    report = json.loads(p.stdout)
+    host = report["hosts"]["leaky-1"]
+    # the playbook really got (and tried to leak) them: the values arrive masked
+    assert host["facts"]["api_token"] == "********"
+    assert host["facts"]["echoed"] == "seen ******** here"
+    assert host["checks"][0]["message"] == "the token is ********"
+    written = _all_written(tmp_path / "state", tmp_path / "rep")
+    assert any("/runs/" in str(f) and f.name == "command" for f in written)
+    assert any("job_events" in str(f) for f in written)
+    for where, secret in SECRETS.items():
+        assert secret not in p.stdout, where
+        assert secret not in p.stderr, where
+        for path, text in written.items():
+            assert secret not in text, (where, path)
+    (command,) = [t for f, t in written.items() if f.name == "command"]
+    assert "/env/extravars" in command and "api_token" not in command
+
+
+def test_extra_vars_reach_ansible_through_a_0600_file(tmp_path: Path) -> None:
+    from provisioner import runner  # noqa: PLC0415
+
+    path = runner.write_extravars(tmp_path, {"a_password": "x" * 10, "n": 1})
+    assert path == tmp_path / "env" / "extravars"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert json.loads(path.read_text()) == {"a_password": "x" * 10, "n": 1}
+    assert runner.build_cmdline(runner.RunRequest(
+        project_dir=tmp_path, playbook="p", inventory=tmp_path, artifact_dir=tmp_path, ident="i",
+        extravars={"a_password": "x" * 10},
+    )) == ["--become"]
+
+
+def test_large_extra_vars_do_not_hit_the_argument_limit(tmp_path: Path) -> None:
+    """Issue 14 item 4: over ~128 KB of -e, ansible-playbook failed with E2BIG."""
+    from conftest import CONTENT  # noqa: PLC0415
+
+    from provisioner import runner  # noqa: PLC0415
+
+    big = {f"blob_{i}": "z" * 1000 for i in range(300)}  # 300 KB
+    r = runner.run_playbook(
+        runner.RunRequest(
+            project_dir=CONTENT / "playbooks", playbook="site.yml", roles_path=CONTENT / "roles",
+            inventory=CONTENT / "inventory.yml", artifact_dir=tmp_path / "runs", ident="big",
+            extravars=big, limit="h-ok", become=None,
+        ),
+        lambda e: None,
+    )
+    assert (r.status, r.rc) == ("successful", 0)
+    assert "zzzz" not in (r.artifacts / "command").read_text()
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [("ansible_become_pass", True), ("ansible_ssh_pass", True), ("vault_password", True),
+     ("GITHUB_TOKEN", True), ("client_secret", True), ("api_key", True), ("ssh_key_data", True),
+     ("host_key_checking", False), ("ansible_ssh_private_key_file", False),
+     ("nvidia_repo_key_url", False), ("keyring", False), ("gpu_stack_driver_branch", False)],
+)
+def test_secret_key_names(key: str, secret: bool) -> None:
+    from provisioner.redact import is_secret_key  # noqa: PLC0415
+
+    assert is_secret_key(key) is secret
+
+
+# ---------------------------------------------------------------- 9: templated inventory values
+
+TEMPLATED = """all:
+  vars:
+    base_port: 2200
+    lab_net: 127.0.0
+  hosts:
+    g1:
+      ansible_host: "{{ lab_net }}.11"
+      ansible_port: "{{ base_port + 1 }}"
+      ansible_user: "{{ 'ops' }}"
+    g2:
+      ansible_port: "{{ port_from_facts }}"
+"""
+
+
+def test_templated_inventory_values_are_resolved_as_ansible_does(tmp_path: Path) -> None:
+    """Issue 14 item 9: `ansible_port: "{{ base_port }}"` was a ValueError traceback."""
+    from provisioner import inventory  # noqa: PLC0415
+
+    f = tmp_path / "inv.yml"
+    f.write_text(TEMPLATED)
+    by = {t.name: t for t in inventory.targets_from_inventory(f)}
+    assert (by["g1"].address, by["g1"].port, by["g1"].user) == ("127.0.0.11", 2201, "ops")
+    assert by["g1"].deferred is None
+    # a value only Ansible can resolve at run time: the preflight leaves the host to Ansible
+    assert by["g2"].deferred is not None
+    assert "ansible_port '{{ port_from_facts }}' cannot be resolved before the run" in (
+        by["g2"].deferred)
+
+
+def test_a_deferred_host_is_not_probed_but_still_run(tmp_path: Path) -> None:
+    import threading  # noqa: PLC0415
+
+    from provisioner import inventory  # noqa: PLC0415
+    from provisioner import preflight as pf  # noqa: PLC0415
+
+    f = tmp_path / "inv.yml"
+    f.write_text(TEMPLATED)
+    g2 = next(t for t in inventory.targets_from_inventory(f) if t.name == "g2")
+    r = pf.probe(g2, pf.ProbeOptions(known_hosts=tmp_path / "kh"), threading.Lock())
+    assert r.status == "skipped"
+    assert r.ok  # kept for the Ansible run
+    assert "left to Ansible" in r.message
+
+
+def test_a_port_typo_in_the_inventory_is_a_named_usage_error(tmp_path: Path) -> None:
+    f = tmp_path / "inv.yml"
+    f.write_text("all:\n  hosts:\n    g3:\n      ansible_port: 22a\n")
+    r = run_cli("preflight", "-i", str(f))
+    assert r.exit_code == 2, r.output
+    assert f"inventory {f}: host g3: ansible_port '22a' is not a port number (1-65535)" in r.output
