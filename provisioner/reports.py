@@ -45,7 +45,9 @@ def _case_detail(check: Check) -> str:
     return "\n".join(lines)
 
 
-_HOST_CASE_STATUS = {"unreachable": "error", "failed": "fail", "drift": "drift"}
+_HOST_CASE_STATUS = {
+    "unreachable": "error", "interrupted": "error", "failed": "fail", "drift": "drift",
+}
 
 
 def junit_xml(report: Report) -> str:
@@ -59,7 +61,10 @@ def junit_xml(report: Report) -> str:
         checks = list(entry.checks)
         probe = entry.preflight or {}
         preflight_failed = probe.get("status") in ("unreachable", "failed")
-        if (entry.status == "unreachable" and not preflight_failed) or not checks:
+        lost = entry.status == "interrupted" or (
+            entry.status == "unreachable" and not preflight_failed
+        )
+        if lost or not checks:
             checks.append(
                 Check(
                     id="provision.host",
@@ -82,7 +87,8 @@ def junit_xml(report: Report) -> str:
                 el.text = _case_detail(check)
                 counts["failures"] += 1
             elif status == "error":
-                el = ET.SubElement(case, "error", message=msg, type="unreachable")
+                kind = "interrupted" if entry.status == "interrupted" else "unreachable"
+                el = ET.SubElement(case, "error", message=msg, type=kind)
                 el.text = _case_detail(check)
                 counts["errors"] += 1
             elif status == "skip":

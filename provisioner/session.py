@@ -22,7 +22,7 @@ from provisioner import extravars as ev
 from provisioner import inventory as inv
 from provisioner import stack as stk
 from provisioner.content import Content, locate
-from provisioner.events import RunState
+from provisioner.events import HostState, RunState
 from provisioner.exitcodes import SetupError, UsageProblem, exit_code_for
 from provisioner.history import diff_reports, format_diff
 from provisioner.model import Changes, Check, HostReport, Report
@@ -298,22 +298,39 @@ def _ansible(
     return rstate
 
 
+INTERRUPTED_MSG = "the run was interrupted (Ctrl-C or SIGTERM) before this host's play finished"
+# a host in one of these states had not finished when the run was cancelled
+UNFINISHED = ("ok", "changed", "drift")
+
+
+def _host_status(s: Settings, h: HostState, out: Outcome) -> tuple[str, str]:
+    status = h.status(check_mode=s.ansible_check)
+    if out.run_status == "canceled" and status in UNFINISHED:
+        return "interrupted", INTERRUPTED_MSG
+    return status, h.unreachable_msg
+
+
 def _host_entries(s: Settings, tg: Targets, rstate: RunState, out: Outcome) -> None:
     for name, h in rstate.hosts.items():
         if name in out.hosts:
             continue
+        status, message = _host_status(s, h, out)
         out.hosts[name] = HostReport(
-            status=h.status(check_mode=s.ansible_check),
+            status=status,
             checks=[Check.from_dict(c) for c in h.checks],
             facts=dict(h.facts),
             validation=h.validation,
             counts={"ok": h.ok, "changed": h.changed, "failed": h.failed, "skipped": h.skipped},
-            message=h.unreachable_msg,
+            message=message,
             preflight=out.probes[name].to_dict() if name in out.probes else None,
         )
     # hosts Ansible never reported (e.g. a playbook error before the first task)
     for t in out.good:
-        if t.name not in out.hosts and out.run_status != "successful":
+        if t.name in out.hosts or out.run_status == "successful":
+            continue
+        if out.run_status == "canceled":
+            out.hosts[t.name] = HostReport(status="interrupted", message=INTERRUPTED_MSG)
+        else:
             out.hosts[t.name] = HostReport(
                 status="failed",
                 message=f"the run ended {out.run_status} (rc {out.rc}) before this host ran",

@@ -151,6 +151,7 @@ def test_ctrl_c_stops_the_run_with_130(tmp_path: Path) -> None:
     report = json.loads(out)
     assert report["run_status"] == "canceled"
     assert report["exit_code"] == 130
+    assert report["hosts"]["h-ok"]["status"] == "interrupted"  # never "ok" (issue 14 item 2)
 
 
 def test_sigterm_outside_the_ansible_phase_is_130(

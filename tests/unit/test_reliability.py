@@ -446,3 +446,56 @@ def test_a_port_typo_in_the_inventory_is_a_named_usage_error(tmp_path: Path) -> 
     r = run_cli("preflight", "-i", str(f))
     assert r.exit_code == 2, r.output
     assert f"inventory {f}: host g3: ansible_port '22a' is not a port number (1-65535)" in r.output
+
+
+# ---------------------------------------------------------------- 2: interrupted runs
+
+
+class Cancelled(Replay):
+    """The recorded run, cut off before its end as Ctrl-C/SIGTERM leaves it (no stats)."""
+
+    def __call__(self, req: Any, on_event: Any) -> Any:
+        from provisioner.runner import RunResult  # noqa: PLC0415
+
+        self.requests.append(req)
+        self.inventories.append(req.inventory.read_text(encoding="utf-8"))
+        for e in self.rec["events"]:
+            if e.get("event") != "playbook_on_stats":
+                on_event(e)
+        return RunResult(status="canceled", rc=130, artifacts=req.artifact_dir / req.ident,
+                         stats={})
+
+
+def test_an_interrupted_run_never_reports_a_host_ok(tmp_path: Path, demo_content: Path) -> None:
+    """Issue 14 item 2: after Ctrl-C in the Ansible phase report.json said "ok", junit passed
+    and provision.prom said ok."""
+    import xml.etree.ElementTree as ET  # noqa: PLC0415
+
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    hosts = ("h-ok", "h-changed", "h-fail", "h-unreachable", "h-never")
+    s = session.Settings(command="run", hosts=hosts, report_dir=tmp_path / "rep")
+    code = session.execute(s, state=StateDir(tmp_path / "st"), run_fn=Cancelled("run"),
+                           preflight_fn=probes({}))
+    assert code == 130
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    status = {h: e["status"] for h, e in report["hosts"].items()}
+    assert {h: status[h] for h in hosts} == {
+        "h-ok": "interrupted", "h-changed": "interrupted", "h-fail": "failed",
+        "h-unreachable": "unreachable", "h-never": "interrupted"}
+    assert "ok" not in status.values()
+    assert report["summary"]["interrupted"] == 4  # with h-drift, also in the recorded run
+    assert report["summary"]["ok"] == 0
+    assert "interrupted" in report["hosts"]["h-ok"]["message"]
+    root = ET.parse(tmp_path / "rep" / "junit.xml").getroot()
+    suite = root.find("testsuite[@name='h-ok']")
+    assert suite is not None
+    err = suite.find("testcase[@name='provision.host']/error")
+    assert err is not None and err.get("type") == "interrupted"
+    assert suite.get("errors") == "1"
+    prom = (tmp_path / "rep" / "provision.prom").read_text()
+    fams = {f.name: f for f in text_string_to_metric_families(prom)}
+    hs = {(x.labels["host"], x.labels["status"]): x.value
+          for x in fams["provision_host_status"].samples}
+    assert hs[("h-ok", "interrupted")] == 1
+    assert hs[("h-ok", "ok")] == 0
