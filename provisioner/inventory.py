@@ -61,15 +61,52 @@ def targets_from_hosts(
     key_file: str | None = None,
     connection: str = "ssh",
 ) -> list[Target]:
-    seen: dict[str, Target] = {}
-    for value in hosts:
-        t = parse_host(value, port=port, user=user)
-        if t.name in seen:
-            raise UsageProblem(f"--host {t.name} given twice")
-        seen[t.name] = replace(t, key_file=key_file, connection=connection)
-    if not seen:
+    parsed = [parse_host(value, port=port, user=user) for value in hosts]
+    if not parsed:
         raise UsageProblem("no hosts: give --host HOST (repeatable) or -i INVENTORY")
-    return list(seen.values())
+    seen: set[tuple[str, int]] = set()
+    for t in parsed:
+        if (t.address, t.port) in seen:
+            where = t.address if t.port == 22 else f"{t.address}:{t.port}"
+            raise UsageProblem(f"--host {where} given twice")
+        seen.add((t.address, t.port))
+    # one address on several ports (several sshd, or NAT): the inventory names carry the port
+    shared = {a for a, _ in seen if sum(1 for b, _ in seen if b == a) > 1}
+    return [
+        replace(t, name=f"{t.address}_{t.port}" if t.address in shared else t.address,
+                key_file=key_file, connection=connection)
+        for t in parsed
+    ]
+
+
+KEY_FILE_LIMIT = 1024 * 1024
+
+
+def check_key_file(path: Path) -> Path:
+    """`--key FILE` must be a readable private key: checked before any host is contacted."""
+    p = path.expanduser()
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(KEY_FILE_LIMIT)
+    except FileNotFoundError as exc:
+        raise UsageProblem(f"--key {path}: not found") from exc
+    except IsADirectoryError as exc:
+        raise UsageProblem(f"--key {path}: is a directory, not a key file") from exc
+    except OSError as exc:
+        raise UsageProblem(f"--key {path}: cannot be read ({exc.strerror or exc})") from exc
+    text = head.decode("ascii", "replace").strip()
+    if not text:
+        raise UsageProblem(f"--key {path}: is empty")
+    if re.match(r"^(ssh-|ecdsa-|sk-)\S+ [A-Za-z0-9+/=]+", text):
+        raise UsageProblem(
+            f"--key {path}: is a public key; give the private key (the file without .pub)"
+        )
+    if not (re.search(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----", text)
+            or text.startswith("PuTTY-User-Key-File-")):
+        raise UsageProblem(
+            f"--key {path}: is not a private key (expected an OpenSSH or PEM private key file)"
+        )
+    return p
 
 
 def limit_targets(targets: list[Target], limit: str) -> list[Target]:

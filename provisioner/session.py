@@ -73,7 +73,7 @@ def resolve_targets(s: Settings) -> Targets:
     if s.hosts and s.inventory:
         raise UsageProblem("give either --host or -i/--inventory, not both")
     connection = s.connection or "ssh"
-    key = str(s.key.expanduser()) if s.key else None
+    key = str(inv.check_key_file(s.key)) if s.key else None
     default_kh = DEFAULT_KNOWN_HOSTS.expanduser()
     if connection == "paramiko" and s.known_hosts and s.known_hosts.expanduser() != default_kh:
         raise UsageProblem(

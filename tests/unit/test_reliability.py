@@ -4,24 +4,32 @@ not proven elsewhere). Every test here failed on the code before its fix."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from conftest import cli_env
+from sshd_fake import FakeSSHD
+from test_preflight import keys, opts, sshd, target
 from test_session import Replay, probes
 
 from provisioner import extravars as ev
+from provisioner import preflight as pf
 from provisioner import session, stack
 from provisioner.cli import cli
 from provisioner.exitcodes import StackError, UsageProblem
+from provisioner.inventory import Target
 from provisioner.model import Report
 from provisioner.state import StateDir
 
 EXE = Path(sys.executable).parent / "provision"
+__all__ = ["keys", "sshd"]  # fixtures shared with test_preflight
 
 
 def run_cli(*args: str) -> Any:
@@ -499,3 +507,271 @@ def test_an_interrupted_run_never_reports_a_host_ok(tmp_path: Path, demo_content
           for x in fams["provision_host_status"].samples}
     assert hs[("h-ok", "interrupted")] == 1
     assert hs[("h-ok", "ok")] == 0
+
+
+# ---------------------------------------------------------------- 11, 12, 13: SSH preflight
+
+
+def _kh_line(name: str, key: Any, marker: str = "") -> str:
+    return f"{marker + ' ' if marker else ''}{name} {key.get_name()} {key.get_base64()}\n"
+
+
+def _hashed(name: str) -> str:
+    import base64  # noqa: PLC0415
+    import hashlib  # noqa: PLC0415
+    import hmac  # noqa: PLC0415
+
+    salt = b"0123456789abcdef0123"
+    digest = hmac.new(salt, name.encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+
+
+def test_known_hosts_with_markers_hashes_and_junk_is_read_as_openssh_reads_it(
+    sshd: FakeSSHD, keys: dict, tmp_path: Path
+) -> None:
+    """Issue 14 item 11: @cert-authority, @revoked, hashed or malformed lines failed every host
+    with InvalidHostKey."""
+    name = f"[127.0.0.1]:{sshd.port}"
+    kh = tmp_path / "known_hosts"
+    kh.write_text(
+        "# a comment\n\n"
+        + _kh_line("*.example.org", keys["other_host"], "@cert-authority")
+        + _kh_line("*", keys["stranger"], "@revoked")
+        + "garbage line\n"
+        + "host ssh-ed25519 !!!notbase64!!!\n"
+        + "@unknown-marker h ssh-ed25519 AAAA\n"
+        + f"other.example.org ssh-rsa {keys['host'].get_base64()}\n"  # type does not match
+        + _kh_line(_hashed(name), keys["host"])
+    )
+    r = pf.probe(target(sshd, keys), opts(tmp_path), threading.Lock())
+    assert r.status == "ok", r.message
+
+
+def test_a_revoked_host_key_is_never_accepted(sshd: FakeSSHD, keys: dict, tmp_path: Path) -> None:
+    name = f"[127.0.0.1]:{sshd.port}"
+    kh = tmp_path / "known_hosts"
+    kh.write_text(_kh_line("*", keys["host"], "@revoked") + _kh_line(name, keys["host"]))
+    before = kh.read_text()
+    r = pf.probe(target(sshd, keys), opts(tmp_path, accept_new=True), threading.Lock())
+    assert (r.status, r.stage) == ("unreachable", "hostkey")
+    assert "REVOKED host key" in r.message
+    assert str(kh) in r.message
+    assert kh.read_text() == before
+
+
+def test_a_host_known_only_through_a_ca_says_so(
+    sshd: FakeSSHD, keys: dict, tmp_path: Path
+) -> None:
+    (tmp_path / "known_hosts").write_text(_kh_line("127.0.0.1,[127.0.0.1]:*", keys["other_host"],
+                                                   "@cert-authority"))
+    r = pf.probe(target(sshd, keys), opts(tmp_path), threading.Lock())
+    assert (r.status, r.stage) == ("unreachable", "hostkey")
+    assert "@cert-authority" in r.message
+    assert "--no-preflight" in r.message
+
+
+@pytest.mark.parametrize(
+    ("hosts", "name", "match"),
+    [
+        ("gpu01", "gpu01", True),
+        ("GPU01", "gpu01", True),
+        ("gpu*", "gpu17", True),
+        ("gpu0?", "gpu01", True),
+        ("gpu0?", "gpu010", False),
+        ("gpu*,!gpu13", "gpu13", False),
+        ("[10.0.0.1]:2222", "[10.0.0.1]:2222", True),
+        ("[10.0.0.1]:2222", "10.0.0.1", False),
+        ("[10.0.0.1]:*", "[10.0.0.1]:2200", True),
+        (_hashed("gpu01"), "gpu01", True),
+        (_hashed("gpu01"), "gpu02", False),
+    ],
+)
+def test_known_hosts_patterns(hosts: str, name: str, match: bool) -> None:
+    from provisioner.knownhosts import host_matches  # noqa: PLC0415
+
+    assert host_matches(hosts, name) is match
+
+
+def test_accept_new_keeps_the_mode_of_an_existing_known_hosts(
+    sshd: FakeSSHD, keys: dict, tmp_path: Path
+) -> None:
+    """Issue 14 item 12: --accept-new-host-keys changed 0644 to 0600."""
+    kh = tmp_path / "known_hosts"
+    kh.write_text("other.example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK0")  # no newline
+    kh.chmod(0o644)
+    r = pf.probe(target(sshd, keys), opts(tmp_path, accept_new=True), threading.Lock())
+    assert r.status == "ok", r.message
+    assert oct(kh.stat().st_mode & 0o777) == "0o644"
+    lines = kh.read_text().splitlines()
+    assert len(lines) == 2  # appended on a line of its own
+    assert lines[1].startswith(f"[127.0.0.1]:{sshd.port} ecdsa-sha2-nistp256 ")
+
+
+def test_accept_new_does_not_follow_a_symlinked_known_hosts(
+    sshd: FakeSSHD, keys: dict, tmp_path: Path
+) -> None:
+    real = tmp_path / "elsewhere"
+    real.write_text("")
+    (tmp_path / "known_hosts").symlink_to(real)
+    r = pf.probe(target(sshd, keys), opts(tmp_path, accept_new=True), threading.Lock())
+    assert (r.status, r.stage) == ("unreachable", "hostkey")
+    assert "is a symbolic link; provision does not write through it" in r.message
+    assert "accept it with --accept-new-host-keys" not in r.message
+    assert real.read_text() == ""
+
+
+def test_an_unwritable_known_hosts_says_so(sshd: FakeSSHD, keys: dict, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    r = pf.probe(
+        target(sshd, keys),
+        opts(tmp_path, accept_new=True, known_hosts=blocker / "known_hosts"),
+        threading.Lock(),
+    )
+    assert (r.status, r.stage) == ("unreachable", "hostkey")
+    assert f"--accept-new-host-keys could not add it: {blocker / 'known_hosts'} cannot be " \
+        "written" in r.message
+
+
+@pytest.fixture
+def banner_then_silence() -> Iterator[int]:
+    """A server that sends an SSH banner and then never answers the key exchange."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 stalled\r\n")
+            held.append(conn)
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    yield int(srv.getsockname()[1])
+    stop.set()
+    th.join(timeout=5)
+    for c in held:
+        c.close()
+    srv.close()
+
+
+def test_a_stalled_handshake_is_a_connect_failure_not_auth(
+    keys: dict, tmp_path: Path, banner_then_silence: int
+) -> None:
+    """Issue 14 item 13: reported as ssh.auth ("check --user/--key")."""
+    t = Target(name="stall", address="127.0.0.1", port=banner_then_silence, user="tester",
+               key_file=keys["client_file"])
+    r = pf.probe(t, opts(tmp_path, connect_timeout=1.0, accept_new=True), threading.Lock())
+    assert (r.status, r.stage) == ("unreachable", "connect"), r.message
+    assert "SSH handshake with 127.0.0.1" in r.message
+    assert "never completed the key exchange" in r.message
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A port that answers like a web server (not SSH) and hangs up."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    stop = threading.Event()
+
+    def serve() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" + b"\x00" * 64)
+            conn.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    yield int(srv.getsockname()[1])
+    stop.set()
+    th.join(timeout=5)
+    srv.close()
+
+
+def test_garbage_on_the_ssh_port_gives_no_traceback(tmp_path: Path, http_port: int) -> None:
+    """Issue 14 (low): paramiko's transport thread printed tracebacks on stderr."""
+    p = subprocess.run(
+        [str(EXE), "preflight", "--host", f"127.0.0.1:{http_port}"],
+        env=cli_env(tmp_path), capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert p.returncode == 3, p.stderr
+    assert "UNREACHABLE at connect" in p.stdout
+    assert "Traceback" not in p.stderr
+    assert "Exception" not in p.stderr
+
+
+# ---------------------------------------------------------------- low: --key, ports
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "not found"),
+        ("", "is empty"),
+        ("hello\n", "is not a private key"),
+        ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK0 me@host\n", "is a public key"),
+    ],
+)
+def test_key_file_is_checked_before_anything_runs(
+    tmp_path: Path, calls_execute: list, content: str | None, problem: str
+) -> None:
+    key = tmp_path / "id_test"
+    if content is not None:
+        key.write_text(content)
+    for args in (["--host", "h", "--key", str(key)], ["preflight", "--host", "h", "--key",
+                                                       str(key)]):
+        r = run_cli(*args)
+        assert r.exit_code == 2, r.output
+        assert f"--key {key}: {problem}" in r.output
+    assert calls_execute == []
+
+
+@pytest.fixture
+def calls_execute(monkeypatch: pytest.MonkeyPatch) -> list:
+    seen: list = []
+
+    def fake(s: Any, **_: Any) -> int:
+        session.resolve_targets(s)
+        seen.append(s)
+        return 0
+
+    monkeypatch.setattr(session, "execute", fake)
+    return seen
+
+
+def test_a_real_private_key_file_is_accepted(tmp_path: Path, keys: dict) -> None:
+    from provisioner.inventory import check_key_file  # noqa: PLC0415
+
+    assert check_key_file(Path(keys["client_file"])) == Path(keys["client_file"])
+
+
+def test_two_hosts_on_one_address_with_different_ports(tmp_path: Path) -> None:
+    """Issue 14 (low): refused as "given twice"."""
+    from provisioner import inventory  # noqa: PLC0415
+
+    ts = inventory.targets_from_hosts(["127.0.0.1:2222", "gpu01", "127.0.0.1:2200"])
+    assert [(t.name, t.address, t.port) for t in ts] == [
+        ("127.0.0.1_2222", "127.0.0.1", 2222), ("gpu01", "gpu01", 22),
+        ("127.0.0.1_2200", "127.0.0.1", 2200)]
+    import yaml  # noqa: PLC0415
+
+    doc = yaml.safe_load(inventory.inventory_yaml(ts))
+    hosts = doc["all"]["children"]["gpu_servers"]["hosts"]
+    assert hosts["127.0.0.1_2200"] == {"ansible_host": "127.0.0.1", "ansible_port": 2200,
+                                       "ansible_connection": "ssh"}
+    with pytest.raises(UsageProblem, match="given twice"):
+        inventory.targets_from_hosts(["127.0.0.1:2222", "127.0.0.1:2222"])
+    with pytest.raises(UsageProblem, match="given twice"):
+        inventory.targets_from_hosts(["gpu01", "ops@gpu01:22"])
