@@ -141,7 +141,12 @@ def summary_table(report: Report, stream: TextIO) -> None:
     print(fmt.format(*header), file=stream)
     for r in rows:
         print(fmt.format(*r), file=stream)
-    for line in problem_lines(report.hosts):
+    for name, e in report.hosts.items():
+        headline = validation_headline(e.validation)
+        if headline:
+            print(f"{name}: {headline}", file=stream)
+    # `check` shows every drift with expected and actual; other runs the first few per host
+    for line in problem_lines(report.hosts, per_host=None if report.command == "check" else 12):
         print(line, file=stream)
     s = report.summary
     parts = [f"{s.get(k, 0)} {k}" for k in ("ok", "changed", "drift", "failed", "unreachable")]
@@ -159,7 +164,44 @@ def summary_table(report: Report, stream: TextIO) -> None:
         print(f"Report: {path}", file=stream)
 
 
-def problem_lines(hosts: dict[str, HostReport], per_host: int = 12) -> list[str]:
+def _num(value: object, digits: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def validation_headline(v: dict[str, Any] | None) -> str | None:
+    """One line from report.json `validation` (the validation program's node result): all-reduce
+    busbw vs its threshold, DDP scaling efficiency, straggler ratio, loss first -> last."""
+    if not isinstance(v, dict) or not v:
+        return None
+    thr, ar = _dict(v.get("thresholds")), _dict(v.get("allreduce"))
+    summary = _dict(_dict(v.get("ddp")).get("summary"))
+    passed = v.get("passed")
+    status = v.get("status") or ("pass" if passed is True else "fail" if passed is False else None)
+    busbw = ar.get("judged_busbw_gbps", v.get("allreduce_busbw_gbps"))
+    limit = thr.get("allreduce_busbw_gbps")
+    parts = [f"all-reduce busbw {_num(busbw, 2)} GB/s"
+             + (f" (threshold >= {_num(limit, 2)})" if limit is not None else " (not judged)")]
+    if summary:
+        eff, eff_min = summary.get("scaling_efficiency"), thr.get("ddp_scaling_efficiency")
+        ratios = [r for r in (summary.get("rank_perf_ratio") or {}).values()
+                  if isinstance(r, int | float)]
+        ratio_min = thr.get("straggler_ratio")
+        parts.append(f"DDP scaling efficiency {_num(eff, 2)}"
+                     + (f" (min {_num(eff_min, 2)})" if eff_min is not None else ""))
+        parts.append(f"straggler ratio {_num(min(ratios) if ratios else None, 2)}"
+                     + (f" (min {_num(ratio_min, 2)})" if ratio_min is not None else ""))
+        parts.append(f"loss {_num(summary.get('loss_first'), 3)} -> "
+                     f"{_num(summary.get('loss_last'), 3)}")
+    return f"validation {str(status or 'n/a').upper()}: " + ", ".join(parts)
+
+
+def problem_lines(hosts: dict[str, HostReport], per_host: int | None = 12) -> list[str]:
     """Each failing or drifting check with expected, actual and the remediation hint."""
     lines: list[str] = []
     for name, e in hosts.items():
@@ -171,7 +213,7 @@ def problem_lines(hosts: dict[str, HostReport], per_host: int = 12) -> list[str]
             )
             if c.remediation:
                 lines.append(f"{' ' * len(name)}  fix: {c.remediation}")
-        if len(bad) > per_host:
+        if per_host is not None and len(bad) > per_host:
             lines.append(f"{name}: ... {len(bad) - per_host} more in report.json")
     return lines
 
