@@ -790,3 +790,23 @@ def test_old_role_variable_names_from_extra_vars_are_folded_and_checked() -> Non
             "use -e gpu_stack_driver_branch") in WARNINGS
     with pytest.raises(StackError, match="-e gpu_stack_cudnn_build: derived from the matrix"):
         _vars("cudnn_major=9")
+
+
+# ---------------------------------------------------------------- docs/reliability.md
+
+
+def test_every_test_named_in_the_reliability_table_exists() -> None:
+    """docs/reliability.md: each row names a test (file::name) that exists; 30 rows at least."""
+    import re  # noqa: PLC0415
+
+    repo = Path(__file__).resolve().parents[2]
+    text = (repo / "docs" / "reliability.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if re.match(r"^\| \d+ \|", line)]
+    assert len(rows) >= 30
+    named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", text)
+    assert len(named) >= len(rows) - 12  # the lab rows may be pending
+    for path, name in named:
+        source = (repo / path).read_text(encoding="utf-8")
+        assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name}"
+    pending = [r for r in rows if "(lab test: pending)" in r]
+    assert all("## Lab faults" in text.split(r)[0] for r in pending)
