@@ -95,14 +95,12 @@ class Scrubber:
             raw = path.read_text(encoding="utf-8", errors="surrogateescape")
         except OSError:
             return
-        new = raw
-        if path.suffix == ".json":
+        new = self.text(raw)
+        if raw.lstrip()[:1] in ("{", "["):  # job_events/*.json, and `command` (argv, cwd, env)
             try:
                 new = json.dumps(self.data(json.loads(raw)))
             except ValueError:
-                new = self.text(raw)
-        else:
-            new = self.text(raw)
+                pass
         if new != raw:
             path.write_text(new, encoding="utf-8", errors="surrogateescape")
 

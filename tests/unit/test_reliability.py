@@ -312,6 +312,7 @@ SECRETS = {
     "-e @file": "S3cr3t-from-a-file",
     "inventory": "S3cr3t-from-inventory",
     "-K": "S3cr3t-become-pass",
+    "environment": "S3cr3t-in-ANSIBLE-env",  # passed through to Ansible, recorded in `command`
 }
 
 
@@ -327,10 +328,12 @@ def _all_written(*roots: Path) -> dict[Path, str]:
 def test_no_secret_from_any_input_lands_in_what_the_run_writes(tmp_path: Path) -> None:
     """Issue 14 item 1 (and Security): a secret planted through -e, -e @file, inventory vars and
     -K is not in the artifacts (runs/<id>/command, stdout, job_events), report.json, junit.xml,
-    provision.prom, the history, or the output; extra vars go through a 0600 file, not argv."""
+    provision.prom, the history, or the output; extra vars go through a 0600 file, not argv.
+    An ANSIBLE_* variable with a secret name is masked in the `command` artifact too."""
     vars_file = tmp_path / "vault.yml"
     vars_file.write_text(f"vault_password: {SECRETS['-e @file']}\n")
-    env = dict(cli_env(tmp_path), PROVISION_CONTENT_DIR=str(LEAKY))
+    env = dict(cli_env(tmp_path), PROVISION_CONTENT_DIR=str(LEAKY),
+               ANSIBLE_VAULT_PASSWORD=SECRETS["environment"])
     p = subprocess.run(
         [str(EXE), "-i", str(LEAKY / "inventory.yml"), "-K", "-vv", "--json",
          "-e", f"api_token={SECRETS['-e']}", "-e", f"@{vars_file}",
