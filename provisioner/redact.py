@@ -11,6 +11,7 @@ ordinary words).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -97,10 +98,8 @@ class Scrubber:
             return
         new = self.text(raw)
         if raw.lstrip()[:1] in ("{", "["):  # job_events/*.json, and `command` (argv, cwd, env)
-            try:
+            with contextlib.suppress(ValueError):  # not JSON after all: scrubbed as text
                 new = json.dumps(self.data(json.loads(raw)))
-            except ValueError:
-                pass
         if new != raw:
             path.write_text(new, encoding="utf-8", errors="surrogateescape")
 
