@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "preflight": "provisioner.commands.preflight:preflight",
     "stack": "provisioner.commands.stack:stack",
     "history": "provisioner.commands.history:history",
+    "checks": "provisioner.commands.checks:checks",
 }
 HELP_LINES = {
     "check": "Read-only compliance check (exit 0 compliant, 5 drift).",
@@ -29,6 +30,7 @@ HELP_LINES = {
     "preflight": "SSH probe of all hosts in parallel, no Ansible.",
     "stack": "Show or validate the stack manifest.",
     "history": "List earlier runs, or diff two of them.",
+    "checks": "List every check id: what it verifies and how to fix it.",
 }
 
 
@@ -91,12 +93,12 @@ EPILOG = (
 @options.run_opts
 @options.full_run_opts
 @click.pass_context
-def cli(ctx: click.Context, /, **params: Any) -> None:  # noqa: ANN401
+def cli(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Provision GPU servers to a validated multi-GPU training stack, and check fleets nightly."""
     if ctx.invoked_subcommand is None:
         from provisioner.commands.run import run_full  # noqa: PLC0415
 
-        run_full(ctx, params)
+        run_full(ctx)
 
 
 def _terminate(_signum: int, _frame: object) -> None:

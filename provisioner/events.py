@@ -12,8 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CHECK_STATUSES = ("pass", "drift", "fail", "skip")
-HOST_STATUSES = ("ok", "changed", "drift", "failed", "unreachable")
+from provisioner import model
+
+CHECK_STATUSES = model.CHECK_STATUSES
+HOST_STATUSES = model.HOST_STATUSES
+
 # Tasks that fail a host because a check it recorded failed: no extra `<role>.task` check for them.
 # The probe module fails with its checks in the result when a required check fails.
 _ASSERTS = frozenset(

@@ -1,54 +1,127 @@
-"""`-e/--extra-vars` values as ansible-playbook takes them: KEY=VALUE ..., YAML/JSON, or @FILE."""
+"""`-e/--extra-vars` values as ansible-playbook takes them: KEY=VALUE ..., YAML/JSON, or @FILE.
+
+Bounded (MAX_BYTES in all), UTF-8 only, no YAML anchors/aliases (see yamlfile). Connection variables
+are refused: they would send Ansible somewhere the preflight never checked, or bypass the options
+that own them (`--user`, `--port`, `--key`, `--become`, `-K`).
+"""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from provisioner import yamlfile
 from provisioner.exitcodes import UsageProblem
 
+MAX_BYTES = yamlfile.MiB  # all -e values and files together
 
-def _yaml(text: str, where: str) -> dict[str, Any]:
-    import yaml  # noqa: PLC0415 - lazy
+# variable name (exact, or a prefix ending in `*`) -> what to use instead
+CONNECTION_VARS = {
+    "ansible_host": "--host ADDRESS, or ansible_host in the inventory",
+    "ansible_ssh_host": "--host ADDRESS, or ansible_host in the inventory",
+    "ansible_port": "--port",
+    "ansible_ssh_port": "--port",
+    "ansible_user": "--user",
+    "ansible_ssh_user": "--user",
+    "ansible_connection": "--connection",
+    "ansible_private_key_file": "--key",
+    "ansible_ssh_private_key_file": "--key",
+    "ansible_password": "SSH keys (--key or the ssh agent)",
+    "ansible_ssh_pass": "SSH keys (--key or the ssh agent)",
+    "ansible_become_pass": "-K/--ask-become-pass",
+    "ansible_become_password": "-K/--ask-become-pass",
+    "ansible_sudo_pass": "-K/--ask-become-pass",
+    "ansible_become": "--become/--no-become",
+    "ansible_become_*": "--become/--no-become, or the inventory",
+    "ansible_sudo*": "--become/--no-become, or the inventory",
+    "ansible_ssh_*": "the inventory (ansible_ssh_common_args), where the preflight reads it",
+    "ansible_paramiko_*": "the inventory, where the preflight reads it",
+}
 
+
+def connection_var_hint(key: str) -> str | None:
+    """What to use instead of connection variable `key`; None for other variables."""
+    if key in CONNECTION_VARS:
+        return CONNECTION_VARS[key]
+    for pattern, hint in CONNECTION_VARS.items():
+        if pattern.endswith("*") and key.startswith(pattern[:-1]):
+            return hint
+    return None
+
+
+def refuse_connection_vars(values: dict[str, Any]) -> None:
+    bad = [(k, h) for k in values if (h := connection_var_hint(k))]
+    if bad:
+        lines = [f"-e {k}: a connection variable; use {h} instead" for k, h in bad]
+        raise UsageProblem(
+            "\n".join(lines) + "\n(-e cannot change where or how Ansible connects: the preflight "
+            "probes the hosts as the inventory and the options give them)"
+        )
+
+
+def _mapping(text: str, where: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageProblem(f"-e {where}: not valid YAML/JSON: {exc}") from exc
+        data = yamlfile.parse(text, where)
+    except yamlfile.YamlFileError as exc:
+        raise UsageProblem(f"{exc}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UsageProblem(f"-e {where}: expected a mapping, got {type(data).__name__}")
+        raise UsageProblem(f"{where}: expected a mapping, got {type(data).__name__}")
+    bad = [k for k in data if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_]\w*", k)]
+    if bad:
+        raise UsageProblem(f"{where}: {_short(bad[0])} is not a variable name")
     return data
 
 
-def parse_one(value: str) -> dict[str, Any]:
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
+def parse_one(value: str, *, limit: int = MAX_BYTES) -> tuple[dict[str, Any], int]:
+    """One -e value: (variables, bytes read)."""
     value = value.strip()
     if value.startswith("@"):
         path = Path(value[1:]).expanduser()
-        if not path.is_file():
-            raise UsageProblem(f"-e {value}: file not found")
-        return _yaml(path.read_text(encoding="utf-8"), value)
+        try:
+            text = yamlfile.read_text(path, limit=limit, what="-e @file")
+        except yamlfile.YamlFileError as exc:
+            raise UsageProblem(str(exc)) from exc
+        return _mapping(text, f"-e @{path}"), len(text.encode("utf-8"))
+    size = len(value.encode("utf-8"))
+    if size > limit:
+        raise UsageProblem(f"-e: {size} bytes of extra variables, over the limit of {limit}")
     if value.startswith(("{", "[")):
-        return _yaml(value, repr(value))
+        return _mapping(value, f"-e {_short(value)}"), size
     out: dict[str, Any] = {}
     try:
         words = shlex.split(value)
     except ValueError as exc:
-        raise UsageProblem(f"-e {value!r}: {exc}") from exc
+        raise UsageProblem(f"-e {_short(value)}: {exc}") from exc
     for word in words:
         key, sep, val = word.partition("=")
         if not sep or not key.isidentifier():
-            raise UsageProblem(f"-e {value!r}: expected KEY=VALUE, @FILE or a YAML/JSON mapping")
+            raise UsageProblem(
+                f"-e {_short(value)}: expected KEY=VALUE, @FILE or a YAML/JSON mapping"
+            )
         out[key] = val  # strings, as ansible-playbook's key=value form gives them
-    return out
+    return out, size
 
 
 def parse(values: Iterable[str]) -> dict[str, Any]:
-    """Later values override earlier ones."""
+    """Later values override earlier ones; MAX_BYTES for all of them together."""
     out: dict[str, Any] = {}
+    used = 0
     for v in values:
-        out.update(parse_one(v))
+        data, size = parse_one(v)
+        used += size
+        if used > MAX_BYTES:
+            raise UsageProblem(
+                f"-e: {used} bytes of extra variables in all, over the limit of {MAX_BYTES}"
+            )
+        out.update(data)
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,10 @@ class Target:
     connection: str = "ssh"
     known_hosts: str | None = None  # from ansible_ssh_common_args UserKnownHostsFile, if any
     strict_host_key_checking: str | None = None  # from ansible_ssh_common_args: no | accept-new
+    # why the preflight cannot probe it (a connection variable that only resolves at run time)
+    deferred: str | None = None
+    # secret values among the host's inventory variables (scrubbed from what provision writes)
+    secrets: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
 
 def parse_host(value: str, *, port: int | None = None, user: str | None = None) -> Target:
@@ -57,15 +61,52 @@ def targets_from_hosts(
     key_file: str | None = None,
     connection: str = "ssh",
 ) -> list[Target]:
-    seen: dict[str, Target] = {}
-    for value in hosts:
-        t = parse_host(value, port=port, user=user)
-        if t.name in seen:
-            raise UsageProblem(f"--host {t.name} given twice")
-        seen[t.name] = replace(t, key_file=key_file, connection=connection)
-    if not seen:
+    parsed = [parse_host(value, port=port, user=user) for value in hosts]
+    if not parsed:
         raise UsageProblem("no hosts: give --host HOST (repeatable) or -i INVENTORY")
-    return list(seen.values())
+    seen: set[tuple[str, int]] = set()
+    for t in parsed:
+        if (t.address, t.port) in seen:
+            where = t.address if t.port == 22 else f"{t.address}:{t.port}"
+            raise UsageProblem(f"--host {where} given twice")
+        seen.add((t.address, t.port))
+    # one address on several ports (several sshd, or NAT): the inventory names carry the port
+    shared = {a for a, _ in seen if sum(1 for b, _ in seen if b == a) > 1}
+    return [
+        replace(t, name=f"{t.address}_{t.port}" if t.address in shared else t.address,
+                key_file=key_file, connection=connection)
+        for t in parsed
+    ]
+
+
+KEY_FILE_LIMIT = 1024 * 1024
+
+
+def check_key_file(path: Path) -> Path:
+    """`--key FILE` must be a readable private key: checked before any host is contacted."""
+    p = path.expanduser()
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(KEY_FILE_LIMIT)
+    except FileNotFoundError as exc:
+        raise UsageProblem(f"--key {path}: not found") from exc
+    except IsADirectoryError as exc:
+        raise UsageProblem(f"--key {path}: is a directory, not a key file") from exc
+    except OSError as exc:
+        raise UsageProblem(f"--key {path}: cannot be read ({exc.strerror or exc})") from exc
+    text = head.decode("ascii", "replace").strip()
+    if not text:
+        raise UsageProblem(f"--key {path}: is empty")
+    if re.match(r"^(ssh-|ecdsa-|sk-)\S+ [A-Za-z0-9+/=]+", text):
+        raise UsageProblem(
+            f"--key {path}: is a public key; give the private key (the file without .pub)"
+        )
+    if not (re.search(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----", text)
+            or text.startswith("PuTTY-User-Key-File-")):
+        raise UsageProblem(
+            f"--key {path}: is not a private key (expected an OpenSSH or PEM private key file)"
+        )
+    return p
 
 
 def limit_targets(targets: list[Target], limit: str) -> list[Target]:
@@ -163,6 +204,50 @@ def strict_checking_from_args(args: str | None) -> str | None:
     return None
 
 
+# the connection variables the preflight needs, resolved (templated) as Ansible resolves them
+_CONNECTION_KEYS = (
+    "ansible_host", "ansible_ssh_host", "ansible_port", "ansible_ssh_port", "ansible_user",
+    "ansible_ssh_user", "ansible_ssh_private_key_file", "ansible_connection",
+    "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_host_key_checking",
+)
+
+
+class _Deferred(Exception):
+    pass
+
+
+def _resolved(hv: dict[str, Any], templar: Any) -> dict[str, Any]:  # noqa: ANN401
+    """The connection variables of one host, templated with its variables (raw: `{{ x }}`)."""
+    from ansible.errors import AnsibleError  # noqa: PLC0415
+
+    out: dict[str, Any] = {}
+    for k in _CONNECTION_KEYS:
+        raw = hv.get(k)
+        if raw is None:
+            continue
+        try:
+            value = templar.template(raw)
+        except AnsibleError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise _Deferred(f"{k} {str(raw)!r} cannot be resolved before the run ({first})") \
+                from exc
+        out[k] = value if isinstance(value, bool) else (
+            int(value) if isinstance(value, int) else str(value))
+    return out
+
+
+def _port(value: object, name: str, key: str, path: Path) -> int:
+    try:
+        port = int(str(value).strip())
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise UsageProblem(
+            f"inventory {path}: host {name}: {key} {str(value)!r} is not a port number (1-65535)"
+        )
+    return port
+
+
 def targets_from_inventory(
     path: Path,
     limit: str | None = None,
@@ -172,11 +257,16 @@ def targets_from_inventory(
     key_file: str | None = None,
     connection: str | None = None,
 ) -> list[Target]:
-    """Read hosts and their connection vars with Ansible's own inventory parser."""
+    """Read hosts and their connection vars with Ansible's own inventory parser, templated as
+    Ansible templates them. A host whose connection vars only resolve at run time (facts, an
+    undefined variable) is kept, marked `deferred`: the preflight leaves it to Ansible."""
     # lazy and heavy; ansible ships no type information
     from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
     from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.template import Templar  # noqa: PLC0415
     from ansible.vars.manager import VariableManager  # noqa: PLC0415
+
+    from provisioner.redact import secret_values  # noqa: PLC0415
 
     loader = DataLoader()
     inv = InventoryManager(loader=loader, sources=[str(path)])
@@ -186,29 +276,38 @@ def targets_from_inventory(
     out: list[Target] = []
     for host in inv.get_hosts("all"):
         hv = vm.get_vars(host=host, include_hostvars=False)
+        name = str(host.name)
+        deferred = None
+        try:
+            cv = _resolved(hv, Templar(loader=loader, variables=hv))
+        except _Deferred as exc:
+            cv, deferred = {}, str(exc)
         conn = ansible_connection(connection) if connection else None
-        conn = str(conn or hv.get("ansible_connection") or "ssh")
+        conn = str(conn or cv.get("ansible_connection") or "ssh")
         if conn in ("paramiko", "ansible.builtin.paramiko_ssh"):
             conn = "paramiko_ssh"
-        name = str(host.name)
         common = " ".join(
-            str(hv.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+            str(cv.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
         )
+        raw_port = cv.get("ansible_port") or cv.get("ansible_ssh_port")
+        port_key = "ansible_port" if cv.get("ansible_port") else "ansible_ssh_port"
         # Explicit command-line options win over inventory values (as -u / --private-key would).
         out.append(
             Target(
                 name=name,
-                address=str(hv.get("ansible_host") or name),
-                port=int(port or hv.get("ansible_port") or hv.get("ansible_ssh_port") or 22),
-                user=user or _opt_str(hv.get("ansible_user") or hv.get("ansible_ssh_user")),
-                key_file=key_file or _opt_str(hv.get("ansible_ssh_private_key_file")),
+                address=str(cv.get("ansible_host") or cv.get("ansible_ssh_host") or name),
+                port=port or (_port(raw_port, name, port_key, path) if raw_port else 22),
+                user=user or _opt_str(cv.get("ansible_user") or cv.get("ansible_ssh_user")),
+                key_file=key_file or _opt_str(cv.get("ansible_ssh_private_key_file")),
                 connection=conn,
                 known_hosts=known_hosts_from_args(common),
                 strict_host_key_checking=(
                     "no"
-                    if str(hv.get("ansible_host_key_checking", "")).lower() in ("false", "no", "0")
+                    if str(cv.get("ansible_host_key_checking", "")).lower() in ("false", "no", "0")
                     else strict_checking_from_args(common)
                 ),
+                deferred=deferred,
+                secrets=frozenset(secret_values(dict(hv))),
             )
         )
     if not out:

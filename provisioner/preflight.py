@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner import knownhosts
 from provisioner.inventory import Target
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -156,8 +157,9 @@ def repo_arch(arch: str | None) -> str | None:
 def python_warnings(
     result: ProbeResult, torch: str, build: str, releases: dict[str, Any]
 ) -> list[str]:
-    """The target's python3 against the Python range of the stack's torch wheels."""
-    rel = releases.get(torch) if build == "cu121" else None
+    """The target's python3 against the Python range of the stack's torch wheels (`releases`:
+    the matrix's table for the stack's build, {} for builds it does not list)."""
+    rel = releases.get(torch)
     if rel is None or not result.python:
         return []
     lo, hi = (tuple(int(x) for x in str(v).split(".")) for v in rel["python"])
@@ -198,32 +200,40 @@ def matrix_warnings(
 
 
 class _RecordingPolicy:
-    """Reject unknown host keys (recording them), or accept and append them when asked."""
+    """Reject unknown host keys (recording them), or accept and append them when asked.
+    A revoked key (`@revoked` in known_hosts) is never accepted."""
 
     def __init__(
-        self, accept_new: bool, known_hosts: Path, lock: threading.Lock, *, write: bool = True
+        self, accept_new: bool, known: knownhosts.KnownHosts, lock: threading.Lock, *,
+        write: bool = True,
     ) -> None:
         self.accept_new = accept_new
         self.write = write
-        self.known_hosts = known_hosts
+        self.known = known
         self.lock = lock
         self.key: Any = None
         self.accepted = False
+        self.revoked = False
+        self.write_error: str | None = None
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:  # noqa: ANN401
         import paramiko  # noqa: PLC0415
 
         self.key = key
+        if self.known.is_revoked(key.get_name(), key.asbytes()):
+            self.revoked = True
+            raise paramiko.SSHException(f"host key for {hostname} is revoked")
         if not self.accept_new:
             raise paramiko.SSHException(f"host key for {hostname} is not known")
         if not self.write:
             self.accepted = True
             return
-        with self.lock:
-            self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with self.known_hosts.open("a", encoding="utf-8") as fh:
-                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-            self.known_hosts.chmod(0o600)
+        try:
+            with self.lock:
+                knownhosts.append(self.known.path, hostname, key.get_name(), key.get_base64())
+        except knownhosts.KnownHostsWriteError as exc:
+            self.write_error = str(exc)
+            raise paramiko.SSHException(str(exc)) from exc
         self.accepted = True
 
 
@@ -271,12 +281,24 @@ def _open_socket(target: Target, opts: ProbeOptions, result: ProbeResult) -> soc
 
 
 def _host_key_failure(
-    result: ProbeResult, target: Target, known: Path, key: Any, *, changed: bool  # noqa: ANN401
+    result: ProbeResult, target: Target, known: Path, key: Any, *,  # noqa: ANN401
+    changed: bool = False, policy: _RecordingPolicy | None = None,
 ) -> None:
     hk_name = known_hosts_name(target.address, target.port)
     result.fingerprint = fingerprint(key.asbytes())
     result.key_type = key.get_name()
-    if changed:
+    if policy is not None and policy.revoked:
+        msg = (
+            f"REVOKED host key for {hk_name}: {result.fingerprint} ({result.key_type}) is marked "
+            f"@revoked in {known}; it is never accepted. Find out why it was revoked before "
+            "going on"
+        )
+    elif policy is not None and policy.write_error:
+        msg = (
+            f"unknown host key for {hk_name}: {result.fingerprint} ({result.key_type}); "
+            f"--accept-new-host-keys could not add it: {policy.write_error}"
+        )
+    elif changed:
         msg = (
             f"HOST KEY CHANGED for {hk_name}: offered {result.fingerprint} ({result.key_type}) "
             f"does not match {known}; if the host was reinstalled, remove the old entry with "
@@ -288,6 +310,11 @@ def _host_key_failure(
             f"not in {known}. Verify it, then accept it with --accept-new-host-keys, or "
             f"`ssh-keyscan -p {target.port} {shlex.quote(target.address)} >> {known}`"
         )
+        if policy is not None and policy.known.has_ca_for(hk_name):
+            msg += (
+                f". {known} trusts a @cert-authority for this host; the preflight (paramiko) "
+                "cannot check host certificates: add the host's own key, or use --no-preflight"
+            )
     _fail(result, "unreachable", "hostkey", msg)
 
 
@@ -319,7 +346,7 @@ def _ssh_connect(
             allow_agent=True,
         )
     except paramiko.BadHostKeyException as exc:
-        _host_key_failure(result, target, known, exc.key, changed=True)
+        _host_key_failure(result, target, known, exc.key, changed=True, policy=policy)
         return False
     except paramiko.AuthenticationException as exc:
         _fail(result, "unreachable", "auth", f"authentication failed for {user}@{where}: {exc}")
@@ -327,13 +354,20 @@ def _ssh_connect(
     except (paramiko.SSHException, OSError, EOFError) as exc:
         transport = client.get_transport()
         # no SSH banner (a hung sshd, or not SSH at all): a connect problem, never auth
-        handshake = transport is not None and bool(getattr(transport, "remote_version", None))
+        banner = getattr(transport, "remote_version", None) if transport is not None else None
+        kex_done = transport is not None and bool(getattr(transport, "initial_kex_done", True))
         if policy.key is not None and not policy.accepted:
-            _host_key_failure(result, target, known, policy.key, changed=False)
-        elif not handshake:
+            _host_key_failure(result, target, known, policy.key, policy=policy)
+        elif not banner:
             _fail(result, "unreachable", "connect",
                   f"SSH to {where} failed: no SSH banner from the server ({exc}); is sshd hung, or "
                   "is this port not SSH?")
+        elif not kex_done:
+            # banner received, then the key exchange stalled: the handshake timed out
+            _fail(result, "unreachable", "connect",
+                  f"SSH handshake with {where} timed out after {opts.connect_timeout:.0f}s: the "
+                  f"server ({banner}) sent its banner but never completed the key exchange; is "
+                  "sshd overloaded or hung?")
         elif transport is not None and transport.is_active() and not transport.is_authenticated():
             # paramiko re-raises the last key-loading error after every key was refused
             _fail(result, "unreachable", "auth", f"authentication failed for {user}@{where}: {exc}")
@@ -341,6 +375,21 @@ def _ssh_connect(
             _fail(result, "unreachable", "connect", f"SSH to {where} failed: {exc}")
         return False
     return True
+
+
+def _add_known_keys(client: Any, kh: knownhosts.KnownHosts, name: str) -> None:  # noqa: ANN401
+    """The host's keys from known_hosts, as paramiko's client checks them (`name` is host or
+    [host]:port, as paramiko looks it up). Keys of types paramiko does not know are left out."""
+    import paramiko  # noqa: PLC0415
+
+    keys = client.get_host_keys()
+    for e in kh.keys_for(name):
+        try:
+            key = paramiko.PKey.from_type_string(e.key_type, e.blob)
+        except (paramiko.pkey.UnknownKeyType, paramiko.SSHException, ValueError, TypeError):
+            key = None  # a key type paramiko does not know: skipped, as OpenSSH skips it
+        if key is not None:
+            keys.add(name, e.key_type, key)
 
 
 def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeResult) -> None:  # noqa: ANN401
@@ -376,18 +425,26 @@ def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: Pro
     if target.connection in ("local", "ansible.builtin.local"):
         result.status, result.message = "skipped", "local connection: not probed"
         return
+    if target.deferred:
+        result.status = "skipped"
+        result.message = f"not probed: {target.deferred}; left to Ansible"
+        return
     sock = _open_socket(target, opts, result)
     if sock is None:
         return
     known = Path(target.known_hosts or opts.known_hosts).expanduser()
     relaxed = target.strict_host_key_checking  # from the inventory's ssh args: no | accept-new
+    kh = knownhosts.load(known) if relaxed != "no" else knownhosts.KnownHosts(known)
+    if kh.error:
+        sock.close()
+        _fail(result, "unreachable", "hostkey", kh.error)
+        return
     policy = _RecordingPolicy(
-        opts.accept_new or relaxed in ("no", "accept-new"), known, lock, write=relaxed != "no"
+        opts.accept_new or relaxed in ("no", "accept-new"), kh, lock, write=relaxed != "no"
     )
     client = paramiko.SSHClient()
     try:
-        if known.is_file() and relaxed != "no":
-            client.load_system_host_keys(str(known))
+        _add_known_keys(client, kh, known_hosts_name(target.address, target.port))
         client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
         if not _ssh_connect(
             client, sock, target, opts=opts, policy=policy, known=known, result=result
@@ -405,6 +462,18 @@ def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: Pro
         sock.close()
 
 
+def quiet_paramiko() -> None:
+    """paramiko logs a failed handshake (garbage or HTTP on the port) with a traceback from its
+    transport thread; without a handler Python prints that on stderr. The probe reports the
+    failure itself, so paramiko's log goes nowhere."""
+    import logging  # noqa: PLC0415
+
+    log = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+    log.propagate = False
+
+
 def run_preflight(
     targets: list[Target], opts: ProbeOptions, *, deadline: float | None = None
 ) -> list[ProbeResult]:
@@ -412,6 +481,7 @@ def run_preflight(
 
     Daemon threads, not an executor: an executor's threads are joined at interpreter exit, so Ctrl-C
     or SIGTERM would wait for the slowest connect timeout before the process could end."""
+    quiet_paramiko()
     lock = threading.Lock()
     limit = deadline or (opts.connect_timeout * 3 + opts.command_timeout + 5)
     done: list[ProbeResult | BaseException | None] = [None] * len(targets)

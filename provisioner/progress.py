@@ -10,6 +10,7 @@ import time
 from typing import Any, TextIO
 
 from provisioner.events import RunState, TaskResult
+from provisioner.model import HostReport, Report
 from provisioner.preflight import ProbeResult
 
 _MARK = {
@@ -115,25 +116,22 @@ def preflight_lines(results: list[ProbeResult]) -> list[str]:
     return lines
 
 
-def summary_table(report: dict[str, Any], stream: TextIO) -> None:
+def summary_table(report: Report, stream: TextIO) -> None:
     """The final per-host summary (always printed)."""
-    hosts: dict[str, dict[str, Any]] = report.get("hosts", {})
     rows = []
-    for name, e in hosts.items():
-        c = e.get("counts") or {}
-        checks = e.get("checks") or []
-        bad = [f"{x['id']}={x['status']}" for x in checks if x["status"] in ("fail", "drift")]
-        facts = e.get("facts") or {}
+    for name, e in report.hosts.items():
+        c = e.counts
+        bad = [f"{x.id}={x.status}" for x in e.bad_checks()]
         rows.append(
             [
                 name,
-                e["status"],
+                e.status,
                 str(c.get("ok", "-")),
                 str(c.get("changed", "-")),
                 str(c.get("failed", "-")),
-                f"{sum(1 for x in checks if x['status'] == 'pass')}/{len(checks)}",
-                facts.get("driver_version") or "-",
-                ", ".join(bad)[:80] or (e.get("message") or "")[:80],
+                f"{sum(1 for x in e.checks if x.status == 'pass')}/{len(e.checks)}",
+                str(e.facts.get("driver_version") or "-"),
+                ", ".join(bad)[:80] or e.message[:80],
             ]
         )
     header = ["host", "status", "ok", "changed", "failed", "checks", "driver", "problems"]
@@ -143,38 +141,82 @@ def summary_table(report: dict[str, Any], stream: TextIO) -> None:
     print(fmt.format(*header), file=stream)
     for r in rows:
         print(fmt.format(*r), file=stream)
-    for line in problem_lines(hosts):
+    for name, e in report.hosts.items():
+        headline = validation_headline(e.validation)
+        if headline:
+            print(f"{name}: {headline}", file=stream)
+    # `check` shows every drift with expected and actual; other runs the first few per host
+    for line in problem_lines(report.hosts, per_host=None if report.command == "check" else 12):
         print(line, file=stream)
-    s = report.get("summary", {})
+    s = report.summary
     parts = [f"{s.get(k, 0)} {k}" for k in ("ok", "changed", "drift", "failed", "unreachable")]
+    if s.get("interrupted"):
+        parts.append(f"{s['interrupted']} interrupted")
     print(
-        f"{report.get('command')} {report.get('run_id')}: {s.get('hosts', 0)} host(s): "
+        f"{report.command} {report.run_id}: {s.get('hosts', 0)} host(s): "
         + ", ".join(parts)
-        + f"; {report.get('duration_s', 0):.1f}s; exit {report.get('exit_code')}",
+        + f"; {report.duration_s:.1f}s; exit {report.exit_code}",
         file=stream,
     )
-    if report.get("artifacts"):
-        print(f"Artifacts: {report['artifacts']}", file=stream)
-    for path in report.get("report_files", []):
+    if report.artifacts:
+        print(f"Artifacts: {report.artifacts}", file=stream)
+    for path in report.report_files:
         print(f"Report: {path}", file=stream)
 
 
-def problem_lines(hosts: dict[str, dict[str, Any]], per_host: int = 12) -> list[str]:
+def _num(value: object, digits: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def validation_headline(v: dict[str, Any] | None) -> str | None:
+    """One line from report.json `validation` (the validation program's node result): all-reduce
+    busbw vs its threshold, DDP scaling efficiency, straggler ratio, loss first -> last."""
+    if not isinstance(v, dict) or not v:
+        return None
+    thr, ar = _dict(v.get("thresholds")), _dict(v.get("allreduce"))
+    summary = _dict(_dict(v.get("ddp")).get("summary"))
+    passed = v.get("passed")
+    status = v.get("status") or ("pass" if passed is True else "fail" if passed is False else None)
+    busbw = ar.get("judged_busbw_gbps", v.get("allreduce_busbw_gbps"))
+    limit = thr.get("allreduce_busbw_gbps")
+    parts = [f"all-reduce busbw {_num(busbw, 2)} GB/s"
+             + (f" (threshold >= {_num(limit, 2)})" if limit is not None else " (not judged)")]
+    if summary:
+        eff, eff_min = summary.get("scaling_efficiency"), thr.get("ddp_scaling_efficiency")
+        ratios = [r for r in (summary.get("rank_perf_ratio") or {}).values()
+                  if isinstance(r, int | float)]
+        ratio_min = thr.get("straggler_ratio")
+        parts.append(f"DDP scaling efficiency {_num(eff, 2)}"
+                     + (f" (min {_num(eff_min, 2)})" if eff_min is not None else ""))
+        parts.append(f"straggler ratio {_num(min(ratios) if ratios else None, 2)}"
+                     + (f" (min {_num(ratio_min, 2)})" if ratio_min is not None else ""))
+        parts.append(f"loss {_num(summary.get('loss_first'), 3)} -> "
+                     f"{_num(summary.get('loss_last'), 3)}")
+    return f"validation {str(status or 'n/a').upper()}: " + ", ".join(parts)
+
+
+def problem_lines(hosts: dict[str, HostReport], per_host: int | None = 12) -> list[str]:
     """Each failing or drifting check with expected, actual and the remediation hint."""
     lines: list[str] = []
     for name, e in hosts.items():
-        bad = [c for c in e.get("checks") or [] if c["status"] in ("fail", "drift")]
+        bad = e.bad_checks()
         for c in bad[:per_host]:
             lines.append(
-                f"{name}: {c['id']} {c['status'].upper()}: expected {c.get('expected')!r}, "
-                f"actual {c.get('actual')!r}" + (f"; {c['message']}" if c.get("message") else "")
+                f"{name}: {c.id} {c.status.upper()}: expected {c.expected!r}, "
+                f"actual {c.actual!r}" + (f"; {c.message}" if c.message else "")
             )
-            if c.get("remediation"):
-                lines.append(f"{' ' * len(name)}  fix: {c['remediation']}")
-        if len(bad) > per_host:
+            if c.remediation:
+                lines.append(f"{' ' * len(name)}  fix: {c.remediation}")
+        if per_host is not None and len(bad) > per_host:
             lines.append(f"{name}: ... {len(bad) - per_host} more in report.json")
     return lines
 
 
-def json_summary(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2)
+def json_summary(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2)

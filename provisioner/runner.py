@@ -1,6 +1,6 @@
 """The only module that imports ansible_runner. Runs a playbook, returns a frozen RunResult.
 
-Pitfalls handled (see shared/reference/style-anchors.md Part F): a fresh private data dir per run
+Pitfalls handled: a fresh private data dir per run
 with `suppress_env_files` (no secrets or stale env files on disk); an absolute, existing inventory;
 ANSIBLE_HOST_KEY_CHECKING=True unless the caller says otherwise; only the environment Ansible needs;
 PATH gets the interpreter's bin dir so ansible-playbook is found without an activated venv; Ctrl-C
@@ -9,6 +9,7 @@ PATH gets the interpreter's bin dir so ansible-playbook is found without an acti
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.exitcodes import SetupError, UsageProblem
+from provisioner.redact import Scrubber, secret_values
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -51,6 +53,7 @@ class RunRequest:
     forks: int | None = None
     become: bool | None = True  # None: leave it to the playbook and inventory
     become_password: str | None = None
+    secrets: frozenset[str] = frozenset()  # values to scrub from artifacts (with -e's and -K's)
     user: str | None = None  # -u, for -i inventories
     private_key: str | None = None  # --private-key, for -i inventories
     known_hosts: Path | None = None
@@ -140,6 +143,25 @@ def build_cmdline(req: RunRequest) -> list[str]:
     return args
 
 
+def write_extravars(private_data_dir: Path, extravars: Mapping[str, Any]) -> Path:
+    """Extra variables go to ansible-playbook as `-e @<pdd>/env/extravars`: a 0600 file in the
+    0700 private data dir, never on the command line (/proc/<pid>/cmdline, runs/<id>/command)."""
+    env = private_data_dir / "env"
+    env.mkdir(mode=0o700, exist_ok=True)
+    path = env / "extravars"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(dict(extravars), fh)
+    return path
+
+
+def scrubber_for(req: RunRequest) -> Scrubber:
+    values = secret_values(dict(req.extravars)) | set(req.secrets)
+    if req.become_password:
+        values.add(req.become_password)
+    return Scrubber(values)
+
+
 def _signal_handlers() -> dict[int, Any]:
     import signal  # noqa: PLC0415
     import threading  # noqa: PLC0415
@@ -170,7 +192,10 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
     find_ansible_playbook()
     req.artifact_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
+    scrub = scrubber_for(req)
+
     def handle(event: dict[str, Any]) -> bool:
+        scrub.data(event)  # in place: ansible-runner writes this dict to job_events/ afterwards
         on_event(event)
         return True  # keep it in job_events/
 
@@ -183,13 +208,13 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
         extravars["ansible_become"] = False
     cmdline = build_cmdline(req)
     with tempfile.TemporaryDirectory(prefix="provision-pdd-") as pdd:
+        write_extravars(Path(pdd), extravars)
         kwargs: dict[str, Any] = {
             "private_data_dir": pdd,
             "project_dir": str(req.project_dir),
             "playbook": req.playbook,
             "roles_path": [str(req.roles_path)] if req.roles_path else None,
             "inventory": str(req.inventory),
-            "extravars": extravars,
             "limit": req.limit,
             "tags": req.tags,
             "skip_tags": req.skip_tags,
@@ -211,10 +236,11 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
         try:
             r = ansible_runner.interface.init_runner(**kwargs)
             r.config.env = {**filter_env(r.config.env), **build_env(req)}
-            command = tuple(str(c) for c in (getattr(r.config, "command", None) or ()))
+            command = tuple(scrub.text(str(c)) for c in (getattr(r.config, "command", None) or ()))
             r.run()
         finally:
             _restore_signal_handlers(saved)
+            scrub.tree(req.artifact_dir / req.ident)  # stdout, command: secrets masked
         stats = r.stats or {}
         status, rc = str(r.status), int(r.rc if r.rc is not None else 1)
     clean = {k: {str(h): int(n) for h, n in (stats.get(k) or {}).items()} for k in STAT_KEYS}

@@ -22,9 +22,10 @@ from provisioner import extravars as ev
 from provisioner import inventory as inv
 from provisioner import stack as stk
 from provisioner.content import Content, locate
-from provisioner.events import RunState
+from provisioner.events import HostState, RunState
 from provisioner.exitcodes import SetupError, UsageProblem, exit_code_for
 from provisioner.history import diff_reports, format_diff
+from provisioner.model import Changes, Check, HostReport, Report
 from provisioner.preflight import (
     DEFAULT_KNOWN_HOSTS,
     ProbeOptions,
@@ -34,9 +35,13 @@ from provisioner.preflight import (
     run_preflight,
 )
 from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
-from provisioner.reports import host_entry, iso, summarize, write_all
+from provisioner.redact import secret_values
+from provisioner.reports import iso, write_all
+from provisioner.settings import NO_TARGETS, Settings
 from provisioner.stack import Stack
 from provisioner.state import StateDir, default_state, new_run_id
+
+__all__ = ["Settings", "execute", "probe_options", "resolve_targets", "versions"]
 
 DEFAULT_MAX_FORKS = 16  # without --forks: one fork per host, up to this many
 PLAYBOOKS = {"run": "site.yml", "check": "check.yml", "validate": "validate.yml"}
@@ -57,49 +62,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-@dataclass(frozen=True)
-class Settings:
-    command: str  # run | check | validate
-    hosts: tuple[str, ...] = ()
-    inventory: str | None = None
-    limit: str | None = None
-    user: str | None = None
-    port: int | None = None
-    key: Path | None = None
-    become: bool | None = None
-    ask_become_pass: bool | None = None
-    forks: int | None = None
-    connection: str | None = None
-    known_hosts: Path | None = None
-    accept_new_host_keys: bool | None = None
-    stack_path: Path | None = None
-    extra_vars: tuple[str, ...] = ()
-    tags: str | None = None
-    skip_tags: str | None = None
-    diff: bool | None = None
-    report_dir: Path | None = None
-    verbosity: int = 0
-    as_json: bool | None = None
-    no_preflight: bool | None = None
-    check_mode: bool | None = None
-    no_reboot: bool | None = None
-    validate: bool = False  # `check --validate`
-
-    @classmethod
-    def from_params(cls, command: str, params: dict[str, Any], **extra: Any) -> Settings:  # noqa: ANN401
-        known = {f for f in cls.__dataclass_fields__ if f != "command"}
-        values = {k: v for k, v in params.items() if k in known}
-        values.update(extra)
-        values["hosts"] = tuple(values.get("hosts") or ())
-        values["extra_vars"] = tuple(values.get("extra_vars") or ())
-        values["verbosity"] = int(values.get("verbosity") or 0)
-        return cls(command=command, **values)
-
-    @property
-    def ansible_check(self) -> bool:
-        return self.command == "check" or bool(self.check_mode)
-
-
 @dataclass
 class Targets:
     targets: list[inv.Target]
@@ -111,7 +73,7 @@ def resolve_targets(s: Settings) -> Targets:
     if s.hosts and s.inventory:
         raise UsageProblem("give either --host or -i/--inventory, not both")
     connection = s.connection or "ssh"
-    key = str(s.key.expanduser()) if s.key else None
+    key = str(inv.check_key_file(s.key)) if s.key else None
     default_kh = DEFAULT_KNOWN_HOSTS.expanduser()
     if connection == "paramiko" and s.known_hosts and s.known_hosts.expanduser() != default_kh:
         raise UsageProblem(
@@ -131,7 +93,7 @@ def resolve_targets(s: Settings) -> Targets:
             path, s.limit, port=s.port, user=s.user, key_file=key, connection=s.connection
         )
         return Targets(targets, path)
-    raise UsageProblem("no hosts: give --host HOST (repeatable) or -i INVENTORY")
+    raise UsageProblem(NO_TARGETS)
 
 
 SPECIAL_TAGS = frozenset({"always", "never", "all", "tagged", "untagged"})
@@ -169,37 +131,78 @@ def connection_overrides(s: Settings) -> dict[str, Any]:
     return out
 
 
-def build_extravars(s: Settings, stack: Stack) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunVars:
+    """The stack (with -e gpu_stack_* folded in) and the extra variables Ansible gets."""
+
+    stack: Stack
+    extravars: dict[str, Any]
+    secrets: frozenset[str] = frozenset()  # secret values given with -e (scrubbed from output)
+
+
+STACK_PREFIX = "gpu_stack_"
+
+
+def build_extravars(
+    s: Settings, stack: Stack, warn: Callable[[str], None] | None = None
+) -> RunVars:
+    """Stack variables, then connection overrides, the command's own settings, and `-e` last.
+
+    `-e gpu_stack_*` is folded into the stack (same schema and matrix; the report shows it),
+    connection variables from -e are refused, and --no-reboot wins over
+    -e nvidia_driver_allow_reboot."""
+    given = ev.parse(s.extra_vars)
+    ev.refuse_connection_vars(given)
+    for old in [k for k in given if k in stk.LEGACY_VARS]:
+        new = stk.LEGACY_VARS[old]
+        (warn or echo_err)(f"warning: -e {old} is the old name of {new}; use -e {new}")
+        given[new] = given.pop(old)
+    stack = stk.fold_overrides(stack, {k: v for k, v in given.items()
+                                       if k.startswith(STACK_PREFIX)})
+    rest = {k: v for k, v in given.items() if not k.startswith(STACK_PREFIX)}
     extravars = stack.to_extravars(allow_reboot=not s.no_reboot)
     extravars.update(connection_overrides(s))
-    if s.command == "check":
-        extravars["validation_enabled"] = bool(s.validate)
-    elif s.command == "validate":
-        extravars["validation_enabled"] = True
-    extravars.update(ev.parse(s.extra_vars))
-    return extravars
+    if "gpu_stack_validation_enabled" not in given:
+        if s.command == "check":
+            extravars["gpu_stack_validation_enabled"] = bool(s.validate)
+        elif s.command == "validate":
+            extravars["gpu_stack_validation_enabled"] = True
+    if s.no_reboot and "nvidia_driver_allow_reboot" in rest:
+        (warn or echo_err)(
+            f"warning: --no-reboot wins over -e nvidia_driver_allow_reboot="
+            f"{rest.pop('nvidia_driver_allow_reboot')}"
+        )
+    extravars.update(rest)
+    return RunVars(stack, extravars, frozenset(secret_values(given)))
 
 
-def preflight_entry(r: ProbeResult) -> dict[str, Any]:
-    remediation = {
-        "resolve": "check the host name (DNS or /etc/hosts)",
-        "connect": "check that the host is up and sshd listens on the port",
-        "hostkey": "verify the fingerprint, then --accept-new-host-keys (unknown keys only)",
-        "auth": "check --user/--key, the ssh agent, and authorized_keys",
-        "sudo": "configure passwordless sudo or use --ask-become-pass",
-    }.get(r.stage, "")
-    check = {
-        "id": f"ssh.{r.stage or 'probe'}",
-        "status": "fail",
-        "expected": "reachable" if r.status == "unreachable" else "sudo -n works",
-        "actual": r.message,
-        "message": r.message,
-        "remediation": remediation,
-        "role": "ssh",
-    }
-    return host_entry(
-        status=r.status, checks=[check], facts={}, validation=None, message=r.message,
-        preflight=r.to_dict(),
+PREFLIGHT_REMEDIATION = {
+    "resolve": "check the host name (DNS or /etc/hosts)",
+    "connect": "check that the host is up and sshd listens on the port",
+    "hostkey": "verify the fingerprint, then --accept-new-host-keys (unknown keys only)",
+    "auth": "check --user/--key, the ssh agent, and authorized_keys",
+    "sudo": "configure passwordless sudo or use --ask-become-pass",
+}
+
+
+def preflight_entry(r: ProbeResult) -> HostReport:
+    check = Check(
+        id=f"ssh.{r.stage or 'probe'}",
+        status="fail",
+        expected="reachable" if r.status == "unreachable" else "sudo -n works",
+        actual=r.message,
+        message=r.message,
+        remediation=PREFLIGHT_REMEDIATION.get(r.stage, ""),
+        role="ssh",
+    )
+    return HostReport(status=r.status, checks=[check], message=r.message, preflight=r.to_dict())
+
+
+def probe_options(s: Settings) -> ProbeOptions:
+    return ProbeOptions(
+        known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
+        accept_new=bool(s.accept_new_host_keys),
+        need_sudo=s.become is not False and not s.ask_become_pass,
     )
 
 
@@ -211,7 +214,7 @@ PreflightFn = Callable[..., list[ProbeResult]]
 class Outcome:
     """What the preflight and the playbook produced, before it becomes a report."""
 
-    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hosts: dict[str, HostReport] = field(default_factory=dict)
     probes: dict[str, ProbeResult] = field(default_factory=dict)
     good: list[inv.Target] = field(default_factory=list)
     artifacts: Path | None = None
@@ -225,17 +228,11 @@ def _preflight(
     out.good = list(tg.targets)
     if s.no_preflight:
         return
-    opts = ProbeOptions(
-        known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
-        accept_new=bool(s.accept_new_host_keys),
-        need_sudo=s.become is not False and not s.ask_become_pass,
-    )
-    results = (fn or run_preflight)(tg.targets, opts)
+    results = (fn or run_preflight)(tg.targets, probe_options(s))
     for line in preflight_lines(results):
         echo_err(line)
-    matrix = stk.load_matrix()
-    distros = matrix.get("cuda", {}).get(stack.cuda_version, {}).get("distros", [])
-    releases = matrix.get("pytorch", {}).get("cu121", {}).get("releases", {})
+    distros = stack.distros()
+    releases = stack.torch_releases()
     pt = stack.data["pytorch"]
     for r in results:
         out.probes[r.host] = r
@@ -256,6 +253,7 @@ def _ansible(
     *,
     content: Content,
     extravars: dict[str, Any],
+    secrets: frozenset[str] = frozenset(),
     state: StateDir,
     run_id: str,
     run_fn: RunFn | None,
@@ -291,6 +289,7 @@ def _ansible(
             forks=s.forks or min(len(out.good), DEFAULT_MAX_FORKS),
             become=s.become is not False,
             become_password=become_password,
+            secrets=secrets.union(*(t.secrets for t in tg.targets)),
             known_hosts=s.known_hosts.expanduser().resolve() if s.known_hosts else None,
         )
         progress = Progress(rstate, verbosity=s.verbosity)
@@ -303,24 +302,41 @@ def _ansible(
     return rstate
 
 
+INTERRUPTED_MSG = "the run was interrupted (Ctrl-C or SIGTERM) before this host's play finished"
+# a host in one of these states had not finished when the run was cancelled
+UNFINISHED = ("ok", "changed", "drift")
+
+
+def _host_status(s: Settings, h: HostState, out: Outcome) -> tuple[str, str]:
+    status = h.status(check_mode=s.ansible_check)
+    if out.run_status == "canceled" and status in UNFINISHED:
+        return "interrupted", INTERRUPTED_MSG
+    return status, h.unreachable_msg
+
+
 def _host_entries(s: Settings, tg: Targets, rstate: RunState, out: Outcome) -> None:
     for name, h in rstate.hosts.items():
         if name in out.hosts:
             continue
-        out.hosts[name] = host_entry(
-            status=h.status(check_mode=s.ansible_check),
-            checks=[dict(c) for c in h.checks],
+        status, message = _host_status(s, h, out)
+        out.hosts[name] = HostReport(
+            status=status,
+            checks=[Check.from_dict(c) for c in h.checks],
             facts=dict(h.facts),
             validation=h.validation,
             counts={"ok": h.ok, "changed": h.changed, "failed": h.failed, "skipped": h.skipped},
-            message=h.unreachable_msg,
+            message=message,
             preflight=out.probes[name].to_dict() if name in out.probes else None,
         )
     # hosts Ansible never reported (e.g. a playbook error before the first task)
     for t in out.good:
-        if t.name not in out.hosts and out.run_status != "successful":
-            out.hosts[t.name] = host_entry(
-                status="failed", checks=[], facts={}, validation=None,
+        if t.name in out.hosts or out.run_status == "successful":
+            continue
+        if out.run_status == "canceled":
+            out.hosts[t.name] = HostReport(status="interrupted", message=INTERRUPTED_MSG)
+        else:
+            out.hosts[t.name] = HostReport(
+                status="failed",
                 message=f"the run ended {out.run_status} (rc {out.rc}) before this host ran",
             )
     order = [t.name for t in tg.targets]
@@ -332,58 +348,54 @@ def _host_entries(s: Settings, tg: Targets, rstate: RunState, out: Outcome) -> N
 
 def _report(
     s: Settings, stack: Stack, run_id: str, out: Outcome, *, started: float, finished: float
-) -> dict[str, Any]:
-    statuses = {h: e["status"] for h, e in out.hosts.items()}
+) -> Report:
+    statuses = {h: e.status for h, e in out.hosts.items()}
     code = exit_code_for(
         statuses, run_status=out.run_status, rc=out.rc, drift_is_error=s.command == "check"
     )
     v = versions()
-    return {
-        "schema": 1,
-        "tool": "provision",
-        "version": v["provision"],
-        "versions": v,
-        "command": s.command,
-        "run_id": run_id,
-        "started": iso(started),
-        "finished": iso(finished),
-        "finished_ts": round(finished, 3),
-        "duration_s": round(finished - started, 3),
-        "check_mode": s.ansible_check,
-        "run_status": out.run_status,
-        "ansible_rc": out.rc,
-        "exit_code": int(code),
-        "stack": stack.data,
-        "stack_source": stack.source,
-        "stack_warnings": list(stack.warnings),
-        "artifacts": str(out.artifacts) if out.artifacts else None,
-        "summary": summarize(out.hosts),
-        "hosts": out.hosts,
-    }
+    return Report(
+        command=s.command,
+        run_id=run_id,
+        hosts=out.hosts,
+        version=v["provision"],
+        versions=v,
+        started=iso(started),
+        finished=iso(finished),
+        finished_ts=round(finished, 3),
+        duration_s=round(finished - started, 3),
+        check_mode=s.ansible_check,
+        run_status=out.run_status,
+        ansible_rc=out.rc,
+        exit_code=int(code),
+        stack=stack.data,
+        stack_source=stack.source,
+        stack_warnings=list(stack.warnings),
+        artifacts=str(out.artifacts) if out.artifacts else None,
+    )
 
 
-def _publish(s: Settings, report: dict[str, Any], state: StateDir) -> None:
+def _publish(s: Settings, report: Report, state: StateDir) -> None:
     lines: list[str] = []
     previous = None
     if s.command == "check":
-        previous = state.previous_report(s.command, report["run_id"], set(report["hosts"]))
+        previous = state.previous_report(
+            s.command, report.run_id, set(report.hosts), warn=lambda m: echo_err(f"warning: {m}")
+        )
     if previous is not None:
         diffs = diff_reports(previous, report)
-        report["changes"] = {
-            "since": previous.get("run_id"),
-            "hosts": [d.to_dict() for d in diffs if not d.empty],
-        }
+        report.changes = Changes(since=previous.run_id, hosts=[d for d in diffs if not d.empty])
         body = format_diff(diffs)
-        lines = [f"changes since {previous.get('run_id')}:", *(f"  {x}" for x in body)]
+        lines = [f"changes since {previous.run_id}:", *(f"  {x}" for x in body)]
         if not body:
-            lines = [f"no changes since {previous.get('run_id')}"]
+            lines = [f"no changes since {previous.run_id}"]
     try:
         state.save_report(report)
     except OSError as exc:
         raise SetupError(f"cannot write the history in {state.history}: {exc}") from exc
     if s.report_dir is not None:
         try:
-            report["report_files"] = [str(p) for p in write_all(report, s.report_dir.expanduser())]
+            report.report_files = [str(p) for p in write_all(report, s.report_dir.expanduser())]
         except OSError as exc:
             raise UsageProblem(f"--report-dir {s.report_dir}: {exc}") from exc
     stream = sys.stderr if s.as_json else sys.stdout
@@ -417,10 +429,10 @@ def execute(
 ) -> int:
     """Run one command; returns the exit code. Raises ProvisionError for usage/setup problems."""
     started = now()
-    stack = stk.load(s.stack_path)
+    rv = build_extravars(s, stk.load(s.stack_path))
+    stack, extravars = rv.stack, rv.extravars
     for w in stack.warnings if not s.no_preflight else stack.all_warnings:
         echo_err(f"warning: stack: {w}")
-    extravars = build_extravars(s, stack)
     tg = resolve_targets(s)
     content = locate()
     content.playbook(PLAYBOOKS[s.command])  # SetupError (exit 4) before any host is contacted
@@ -441,10 +453,11 @@ def execute(
     out = Outcome()
     _preflight(s, tg, stack, preflight_fn, out)
     rstate = _ansible(
-        s, tg, content=content, extravars=extravars, state=state, run_id=run_id,
+        s, tg, content=content, extravars=extravars, secrets=rv.secrets, state=state,
+        run_id=run_id,
         run_fn=run_fn, out=out,
     )
     _host_entries(s, tg, rstate, out)
     report = _report(s, stack, run_id, out, started=started, finished=now())
     _publish(s, report, state)
-    return int(report["exit_code"])
+    return report.exit_code

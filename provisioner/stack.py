@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner import yamlfile
 from provisioner.exitcodes import SetupError, StackError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_STACK = DATA_DIR / "default-stack.yml"
 MATRIX = DATA_DIR / "matrix.yml"
+MAX_STACK_BYTES = 64 * 1024  # a full stack is about 1 KiB
+DATA_LIMIT = 4 * yamlfile.MiB
 
 DISTRO_PREFIX = "distros: "
 _VERSION3 = r"^\d+\.\d+\.\d+$"
@@ -28,7 +31,7 @@ _DISTRO_ARCH = r"^[a-z]+[0-9]+/(x86_64|sbsa|ppc64el|cross-linux-sbsa)$"
 
 @dataclass(frozen=True)
 class Field:
-    """One leaf of the schema."""
+    """One leaf of the schema. `hint` may name the built-in default as `{default}`."""
 
     kinds: tuple[type, ...]
     nullable: bool = False
@@ -52,20 +55,22 @@ SCHEMA: dict[str, Any] = {
     "schema": Field((int,), choices=(1,)),
     "name": _s(r"^[A-Za-z0-9_.-]+$"),
     "driver": {
-        "branch": _s(r"^\d{3}$", hint='a driver branch such as "535"'),
+        "branch": _s(r"^\d{3}$", hint='a driver branch such as "{default}"'),
         "version": _s(
-            r"^\d+\.\d+(\.\d+)?$", nullable=True, hint='a full version such as "535.129.03"'
+            r"^\d+\.\d+(\.\d+)?$", nullable=True,
+            hint="a full version of the branch: <branch>.<minor>.<patch>",
         ),
         "flavor": _choice("proprietary", "open"),
         "fabricmanager": _choice("auto", "always", "never"),
     },
-    "cuda": {"version": _s(r"^\d+\.\d+$", hint='major.minor such as "12.1"')},
-    "cudnn": {"version": _s(r"^\d+\.\d+\.\d+\.\d+$", hint='four parts such as "8.9.2.26"')},
-    "nccl": {"version": _s(_VERSION3, hint='three parts such as "2.18.3"')},
+    "cuda": {"version": _s(r"^\d+\.\d+$", hint='major.minor such as "{default}"')},
+    "cudnn": {"version": _s(r"^\d+\.\d+\.\d+\.\d+$", hint='four parts such as "{default}"')},
+    "nccl": {"version": _s(_VERSION3, hint='three parts such as "{default}"')},
     "pytorch": {
-        "version": _s(r"^\d+\.\d+\.\d+([.a-z0-9+]*)?$", hint='such as "2.5.1"'),
-        "build": _choice("cu121", "cpu"),
-        "venv": _s(r"^/", hint="an absolute path"),
+        "version": _s(r"^\d+\.\d+\.\d+([.a-z0-9+]*)?$", hint='such as "{default}"'),
+        # the matrix's pytorch table names the CUDA builds (cu<major><minor>); `cpu` is always known
+        "build": _s(r"^[a-z0-9]+$", hint="a build label of the matrix's pytorch table, or cpu"),
+        "venv": _s(r"^[A-Za-z0-9_.+/@-]+$", hint="an absolute path such as {default}"),
         "torchvision": _s(r"^\d+\.\d+\.\d+", nullable=True),
         "torchaudio": _s(r"^\d+\.\d+\.\d+", nullable=True),
     },
@@ -86,6 +91,61 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+# Stack variables (docs/architecture.md, "Role variables"): every leaf of a section is the role
+# variable gpu_stack_<section>_<key>. Variable name -> path in the stack.
+STACK_VARS: dict[str, tuple[str, ...]] = {
+    f"gpu_stack_{section}_{key}": (section, key)
+    for section, sub in SCHEMA.items()
+    if isinstance(sub, dict)
+    for key in sub
+}
+# Variables derived from the stack and the matrix (not settable; set the stack key instead).
+DERIVED_VARS = {
+    "gpu_stack_pytorch_python_range": "pytorch.version and pytorch.build",
+    "gpu_stack_cuda_min_driver": "cuda.version",
+    "gpu_stack_cudnn_build": "cudnn.version and cuda.version",
+    "gpu_stack_nccl_build": "nccl.version and cuda.version",
+    "gpu_stack_cuda_distros": "cuda.version and mirrors.nvidia_repo_carries",
+}
+# Role variables the stack set before the gpu_stack_* contract: given with -e they are folded into
+# the stack under their new names (with a warning), never passed around the matrix.
+LEGACY_VARS = {
+    "nvidia_repo_base_url": "gpu_stack_mirrors_nvidia_repo",
+    "nvidia_repo_carries": "gpu_stack_mirrors_nvidia_repo_carries",
+    "nvidia_driver_branch": "gpu_stack_driver_branch",
+    "nvidia_driver_version": "gpu_stack_driver_version",
+    "nvidia_driver_flavor": "gpu_stack_driver_flavor",
+    "nvidia_driver_fabricmanager": "gpu_stack_driver_fabricmanager",
+    "cuda_toolkit_version": "gpu_stack_cuda_version",
+    "cuda_env_cuda_version": "gpu_stack_cuda_version",
+    "cudnn_cuda_version": "gpu_stack_cuda_version",
+    "nccl_cuda_version": "gpu_stack_cuda_version",
+    "cudnn_version": "gpu_stack_cudnn_version",
+    "nccl_version": "gpu_stack_nccl_version",
+    "pytorch_version": "gpu_stack_pytorch_version",
+    "pytorch_build": "gpu_stack_pytorch_build",
+    "pytorch_venv": "gpu_stack_pytorch_venv",
+    "pytorch_index_url": "gpu_stack_mirrors_pytorch_index",
+    "pytorch_find_links": "gpu_stack_mirrors_pytorch_find_links",
+    "pytorch_torchvision_version": "gpu_stack_pytorch_torchvision",
+    "pytorch_torchaudio_version": "gpu_stack_pytorch_torchaudio",
+    "validation_enabled": "gpu_stack_validation_enabled",
+    "validation_backend": "gpu_stack_validation_backend",
+    "validation_nproc_per_node": "gpu_stack_validation_nproc_per_node",
+    "validation_timeout_s": "gpu_stack_validation_timeout_s",
+    "validation_network_interface": "gpu_stack_validation_network_interface",
+    "validation_thresholds": "gpu_stack_validation_thresholds",
+    "cudnn_major": "gpu_stack_cudnn_build",
+    "pytorch_python_range": "gpu_stack_pytorch_python_range",
+}
+CPU_BUILD = "cpu"
+
+
+def cuda_build_label(cuda: str) -> str:
+    """PyTorch's build label for a CUDA version: X.Y -> cuXY (download.pytorch.org/whl/<label>)."""
+    return "cu" + cuda.replace(".", "")
+
+
 @dataclass(frozen=True)
 class Stack:
     """A resolved, validated stack."""
@@ -95,6 +155,7 @@ class Stack:
     warnings: tuple[str, ...] = field(default=())
     # unconfirmed distro support; preflight reports it per host, so runs print it only without one
     distro_warning: str | None = None
+    matrix: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -115,107 +176,122 @@ class Stack:
     def carries(self) -> list[str]:
         return [str(x) for x in self.data["mirrors"]["nvidia_repo_carries"]]
 
+    def _matrix(self) -> dict[str, Any]:
+        return self.matrix or load_matrix()
+
+    def cuda_row(self) -> dict[str, Any]:
+        """The matrix row of the stack's CUDA version."""
+        return dict(self._matrix().get("cuda", {}).get(self.cuda_version) or {})
+
+    def distros(self) -> list[dict[str, Any]]:
+        """The distro rows of the stack's CUDA version (name, arches, confidence)."""
+        return list(self.cuda_row().get("distros") or [])
+
+    def torch_releases(self) -> dict[str, Any]:
+        """The matrix's torch releases for the stack's build; {} for CPU builds."""
+        build = str(self.data["pytorch"]["build"])
+        return dict((self._matrix().get("pytorch", {}).get(build) or {}).get("releases") or {})
+
     def pytorch_python_range(self) -> list[str]:
         """[min, max] Python (major.minor) of the torch wheels, from the matrix; [] if unknown."""
-        pt = self.data["pytorch"]
-        if pt["build"] != "cu121":
-            return []
-        rel = load_matrix().get("pytorch", {}).get("cu121", {}).get("releases", {})
-        rng = (rel.get(str(pt["version"])) or {}).get("python") or []
-        return [str(v) for v in rng][:2]
+        rel = self.torch_releases().get(str(self.data["pytorch"]["version"])) or {}
+        return [str(v) for v in rel.get("python") or []][:2]
+
+    def cuda_distros(self) -> dict[str, str]:
+        """<distro>/<arch> -> published | absent | unconfirmed, for the stack's CUDA (the
+        preflight role stops a host where NVIDIA publishes no packages for it)."""
+        out: dict[str, str] = {}
+        for d in self.distros():
+            if d.get("published") is False:
+                status = "absent"
+            else:
+                status = "unconfirmed" if d.get("confidence") == "U" else "published"
+            for arch in d.get("arches", []):
+                out[f"{d['name']}/{arch}"] = status
+        return out
+
+    def cuda_min_driver(self) -> str:
+        return str((self.cuda_row().get("min_driver") or {}).get("version") or "")
+
+    def cudnn_build(self) -> str:
+        """Package build label of the cuDNN row for the stack's cuDNN major (e.g. cuda<X.Y>)."""
+        rows = {int(r["major"]): r for r in self.cuda_row().get("cudnn") or []}
+        return str((rows.get(self.cudnn_major) or {}).get("build") or "")
+
+    def nccl_build(self) -> str:
+        """Package build label of the NCCL row listing the stack's version (else the first row)."""
+        rows = list(self.cuda_row().get("nccl") or [])
+        version = str(self.data["nccl"]["version"])
+        row = next((r for r in rows if version in [str(v) for v in r.get("versions", [])]),
+                   rows[0] if rows else {})
+        return str(row.get("build") or "")
 
     def to_extravars(self, *, allow_reboot: bool = True) -> dict[str, Any]:
-        """The role variables of docs/architecture.md; `None` becomes "" for string variables."""
-        out = self._gpu_stack_vars()
+        """The role variables of docs/architecture.md: gpu_stack_<section>_<key> for every leaf
+        (`None` becomes ""), the derived gpu_stack_* values, and nvidia_driver_allow_reboot."""
+        out: dict[str, Any] = {}
+        for var, (section, key) in STACK_VARS.items():
+            value = self.data[section][key]
+            out[var] = "" if value is None else copy.deepcopy(value)
+        out["gpu_stack_pytorch_python_range"] = self.pytorch_python_range()
+        out["gpu_stack_cuda_min_driver"] = self.cuda_min_driver()
+        out["gpu_stack_cudnn_build"] = self.cudnn_build()
+        out["gpu_stack_nccl_build"] = self.nccl_build()
+        out["gpu_stack_cuda_distros"] = self.cuda_distros()
         out["nvidia_driver_allow_reboot"] = allow_reboot
         return out
 
-    def _gpu_stack_vars(self) -> dict[str, Any]:
-        """`gpu_stack_<section>_<key>` for every leaf of the stack, plus what the matrix derives."""
-        out: dict[str, Any] = {}
-        for section, values in self.data.items():
-            if not isinstance(values, dict):
-                continue
-            for key, value in values.items():
-                out[f"gpu_stack_{section}_{key}"] = "" if value is None else copy.deepcopy(value)
-        matrix = load_matrix()
-        row = matrix.get("cuda", {}).get(self.cuda_version, {})
-        cudnn_rows = {int(r["major"]): r for r in row.get("cudnn", [])}
-        nccl_rows = row.get("nccl", [])
-        distros: dict[str, str] = {}
-        for d in row.get("distros", []):
-            status = "absent" if d.get("published") is False else (
-                "unconfirmed" if d.get("confidence") == "U" else "published")
-            for arch in d.get("arches", []):
-                distros[f"{d['name']}/{arch}"] = status
-        out.update({
-            "gpu_stack_pytorch_python_range": self.pytorch_python_range(),
-            "gpu_stack_cuda_min_driver": str(row.get("min_driver", {}).get("version", "")),
-            "gpu_stack_cudnn_build": str(cudnn_rows.get(self.cudnn_major, {}).get("build", "")),
-            "gpu_stack_nccl_build": str(nccl_rows[0].get("build", "")) if nccl_rows else "",
-            "gpu_stack_cuda_distros": distros,
-        })
-        return out
 
-
-def _yaml_load(path: Path) -> Any:  # noqa: ANN401 - YAML documents are untyped
-    import yaml  # noqa: PLC0415 - lazy: keep `provision --help` fast
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last one
-        silently, so a second `driver:` block would quietly replace the first)."""
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: ANN401
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark
-                    )
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
+def _data_file(path: Path, what: str) -> dict[str, Any]:
+    """A data file shipped with provision (matrix, default stack): broken means a broken install."""
     try:
-        with path.open(encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise StackError(f"{path}: not valid YAML: {exc}") from exc
-
-
-def load_matrix(path: Path = MATRIX) -> dict[str, Any]:
-    if not path.is_file():
-        raise SetupError(f"compatibility matrix not found: {path} (broken install?)")
-    data = _yaml_load(path)
+        data = yamlfile.load(path, limit=DATA_LIMIT, what=what)
+    except yamlfile.YamlFileError as exc:
+        raise SetupError(f"{exc} (broken install?)") from exc
     if not isinstance(data, dict):
-        raise SetupError(f"{path}: the matrix is not a mapping")
+        raise SetupError(f"{what} {path}: not a mapping (broken install?)")
     return data
 
 
-def _check_leaf(path: str, value: Any, spec: Field, errors: list[str]) -> Any:  # noqa: ANN401
+def load_matrix(path: Path = MATRIX) -> dict[str, Any]:
+    return _data_file(path, "compatibility matrix")
+
+
+def _show(value: object, limit: int = 60) -> str:
+    """repr() for messages, cut short: a value may be a 60 KiB string."""
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
+def _check_leaf(
+    path: str, value: Any, spec: Field, errors: list[str], default: Any = None  # noqa: ANN401
+) -> Any:  # noqa: ANN401
     if value is None:
         if not spec.nullable:
             errors.append(f"{path}: a value is required (got null)")
         return value
     if isinstance(value, float) and str in spec.kinds:
-        errors.append(f"{path}: {value!r} is a YAML number; quote it as a string (\"{value}\")")
+        errors.append(f'{path}: {_show(value)} is a YAML number; quote it as a string ("{value}")')
         return value
     if isinstance(value, int) and not isinstance(value, bool) and str in spec.kinds and (
         int not in spec.kinds and spec.pattern is not None
     ):
-        value = str(value)  # e.g. `branch: 535`
+        value = str(value)  # an unquoted driver branch
     ok_type = isinstance(value, spec.kinds) and not (
         isinstance(value, bool) and bool not in spec.kinds
     )
     if not ok_type:
         want = " or ".join(k.__name__ for k in spec.kinds)
-        errors.append(f"{path}: expected {want}, got {type(value).__name__} {value!r}")
+        errors.append(f"{path}: expected {want}, got {type(value).__name__} {_show(value)}")
         return value
     if spec.choices and value not in spec.choices:
-        errors.append(f"{path}: {value!r} is not one of {', '.join(map(str, spec.choices))}")
+        errors.append(f"{path}: {_show(value)} is not one of {', '.join(map(str, spec.choices))}")
     if spec.pattern and isinstance(value, str) and not re.match(spec.pattern, value):
-        hint = f" (expected {spec.hint})" if spec.hint else ""
-        errors.append(f"{path}: {value!r} is not valid{hint}")
+        hint = f" (expected {spec.hint.format(default=default)})" if spec.hint else ""
+        errors.append(f"{path}: {_show(value)} is not valid{hint}")
     return value
 
 
@@ -228,7 +304,7 @@ def _merge(path: str, user: Any, default: Any, schema: Any, errors: list[str]) -
         for key in user:
             if key not in schema:
                 where = f"{path}.{key}" if path else str(key)
-                errors.append(f"{where}: unknown key (known: {', '.join(schema)})")
+                errors.append(f"{_cut(where)}: unknown key (known: {', '.join(schema)})")
         for key, sub in schema.items():
             where = f"{path}.{key}" if path else key
             if key in user:
@@ -236,7 +312,7 @@ def _merge(path: str, user: Any, default: Any, schema: Any, errors: list[str]) -
             else:
                 out[key] = copy.deepcopy(default[key])
         return out
-    return _check_leaf(path, user, schema, errors)
+    return _check_leaf(path, user, schema, errors, default)
 
 
 def _vtuple(version: str) -> tuple[int, ...]:
@@ -306,15 +382,26 @@ def _rule_pytorch(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, A
     cuda = str(data["cuda"]["version"])
     pt = data["pytorch"]
     tv = str(pt["version"])
-    if pt["build"] != "cu121":
+    build = str(pt["build"])
+    tables = matrix.get("pytorch", {})
+    if build == CPU_BUILD:
         return
-    if cuda != "12.1":
-        errors.append(f"pytorch.build cu121 does not match CUDA {cuda}")
-    releases = matrix.get("pytorch", {}).get("cu121", {}).get("releases", {})
+    if build not in tables:
+        known = ", ".join([*tables, CPU_BUILD])
+        errors.append(f"pytorch.build: {build!r} is not one of {known}")
+        return
+    if build != cuda_build_label(cuda):
+        errors.append(
+            f"pytorch.build {build} does not match CUDA {cuda} "
+            f"(the build for CUDA {cuda} is {cuda_build_label(cuda)})"
+        )
+    releases = tables[build].get("releases", {})
     rel = releases.get(tv)
     if rel is None:
         first, last = min(releases, key=_vtuple), max(releases, key=_vtuple)
-        errors.append(f"torch {tv} has no cu121 wheels (cu121 wheels exist for {first} to {last})")
+        errors.append(
+            f"torch {tv} has no {build} wheels ({build} wheels exist for {first} to {last})"
+        )
         return
     if pt["torchvision"] and str(pt["torchvision"]) != str(rel["torchvision"]):
         errors.append(
@@ -387,7 +474,48 @@ def _rule_distros(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, A
         )
 
 
-RULES = (_rule_driver, _rule_libraries, _rule_pytorch, _rule_validation, _rule_distros)
+# pip installs into pytorch.venv as root: it must be a directory of its own, never a system one
+SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
+    "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys",
+    "/usr", "/usr/local", "/usr/local/bin", "/usr/local/lib", "/usr/local/sbin",
+    "/usr/local/share", "/usr/local/include", "/usr/local/etc", "/var", "/var/lib",
+    "/var/cache", "/var/log", "/var/opt",
+})
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                "/run", "/sbin", "/sys", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32",
+                "/usr/lib64", "/usr/libexec", "/usr/include", "/usr/share", "/usr/src",
+                # world-writable: another user could plant the directory or a link first
+                "/tmp", "/var/tmp", "/dev/shm")  # noqa: S108
+
+
+def venv_problem(venv: str) -> str | None:
+    """Why `venv` cannot be the PyTorch venv, or None."""
+    if not venv.startswith("/"):
+        return "must be an absolute path"
+    parts = venv.split("/")
+    if any(p in (".", "..") for p in parts) or "//" in venv.rstrip("/"):
+        return "must be a plain absolute path (no '.', '..' or '//')"
+    norm = venv.rstrip("/") or "/"
+    if norm in SYSTEM_DIRS:
+        return "is a system directory; give a directory of its own, such as /opt/pytorch"
+    if any(norm == t or norm.startswith(t + "/") for t in SYSTEM_TREES):
+        return "is inside a system directory; give a directory of its own, such as /opt/pytorch"
+    if re.fullmatch(r"/home/[^/]+", norm):
+        return "is a home directory; give a directory of its own, such as /opt/pytorch"
+    return None
+
+
+def _rule_venv(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+               errors: list[str], warnings: list[str]) -> None:
+    venv = str(data["pytorch"]["venv"])
+    problem = venv_problem(venv)
+    if problem:
+        errors.append(f"pytorch.venv: {_show(venv)} {problem}")
+
+
+RULES = (_rule_driver, _rule_libraries, _rule_pytorch, _rule_validation, _rule_distros,
+         _rule_venv)
 
 
 def _rules(data: dict[str, Any], matrix: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -408,14 +536,13 @@ def _rules(data: dict[str, Any], matrix: dict[str, Any]) -> tuple[list[str], lis
 
 def resolve(user: Mapping[str, Any] | None, *, source: str = "(inline)") -> Stack:
     """Merge `user` over the default stack, validate structure and matrix rules."""
-    default = _yaml_load(DEFAULT_STACK) if DEFAULT_STACK.is_file() else None
-    if not isinstance(default, dict):
-        raise SetupError(f"default stack not found or invalid: {DEFAULT_STACK} (broken install?)")
+    default = _data_file(DEFAULT_STACK, "default stack")
     errors: list[str] = []
     data = _merge("", user or {}, default, SCHEMA, errors)
     if errors:
         raise StackError(f"stack {source}:\n  " + "\n  ".join(errors))
-    rule_errors, warnings = _rules(data, load_matrix())
+    matrix = load_matrix()
+    rule_errors, warnings = _rules(data, matrix)
     if rule_errors:
         raise StackError(f"stack {source}:\n  " + "\n  ".join(rule_errors))
     distro = [w.removeprefix(DISTRO_PREFIX) for w in warnings if w.startswith(DISTRO_PREFIX)]
@@ -424,6 +551,7 @@ def resolve(user: Mapping[str, Any] | None, *, source: str = "(inline)") -> Stac
         source=source,
         warnings=tuple(w for w in warnings if not w.startswith(DISTRO_PREFIX)),
         distro_warning="; ".join(distro) if distro else None,
+        matrix=matrix,
     )
 
 
@@ -431,9 +559,10 @@ def load(path: Path | None) -> Stack:
     """Load and resolve a stack file; `None` gives the built-in default."""
     if path is None:
         return resolve(None, source="built-in default")
-    if not path.is_file():
-        raise StackError(f"stack file not found: {path}")
-    user = _yaml_load(path)
+    try:
+        user = yamlfile.load(path, limit=MAX_STACK_BYTES, what="stack file")
+    except yamlfile.YamlFileError as exc:
+        raise StackError(str(exc)) from exc
     if user is None:
         user = {}
     if not isinstance(user, dict):
@@ -441,6 +570,46 @@ def load(path: Path | None) -> Stack:
     if "name" not in user:
         user = {**user, "name": re.sub(r"[^A-Za-z0-9_.-]", "-", path.stem) or "stack"}
     return resolve(user, source=str(path))
+
+
+def _coerce(value: Any, spec: Field) -> Any:  # noqa: ANN401
+    """An -e value for a stack leaf: `key=value` gives strings, and "" stands for null."""
+    if not isinstance(value, str):
+        return value
+    if value == "" and spec.nullable:
+        return None
+    if str in spec.kinds:
+        return value
+    try:
+        return yamlfile.parse(value, "-e value")
+    except yamlfile.YamlFileError:
+        return value  # reported as a type error by the schema check
+
+
+def fold_overrides(stack: Stack, values: Mapping[str, Any]) -> Stack:
+    """`-e gpu_stack_<section>_<key>=...` folded into the stack and checked by the same schema
+    and matrix rules as a stack file (StackError, exit 2, naming the rule)."""
+    errors = []
+    for var in values:
+        if var in DERIVED_VARS:
+            errors.append(
+                f"-e {var}: derived from the matrix; set {DERIVED_VARS[var]} instead "
+                f"(-e gpu_stack_<section>_<key> or the stack file)"
+            )
+        elif var not in STACK_VARS:
+            errors.append(
+                f"-e {_cut(var)}: not a stack variable (see `provision stack show --vars`)"
+            )
+    if errors:
+        raise StackError("\n".join(errors))
+    if not values:
+        return stack
+    data = copy.deepcopy(stack.data)
+    for var, value in values.items():
+        section, key = STACK_VARS[var]
+        data[section][key] = _coerce(value, SCHEMA[section][key])
+    names = ", ".join(f"-e {k}" for k in values)
+    return resolve(data, source=f"{stack.source} with {names}")
 
 
 def dump(stack: Stack) -> str:

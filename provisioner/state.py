@@ -11,10 +11,14 @@ import os
 import re
 import secrets
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from provisioner.exitcodes import UsageProblem
+from provisioner.model import Report
 
 KEEP_RUNS = 20
 KEEP_HISTORY = 400
@@ -68,10 +72,10 @@ class StateDir:
         for d in (self.root, self.runs, self.history):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-    def save_report(self, report: dict[str, Any]) -> Path:
+    def save_report(self, report: Report) -> Path:
         self.ensure()
-        path = self.history / f"{report['run_id']}.json"
-        atomic_write_text(path, json.dumps(report, indent=2, sort_keys=False) + "\n", 0o600)
+        path = self.history / f"{report.run_id}.json"
+        atomic_write_text(path, json.dumps(report.to_dict(), indent=2) + "\n", 0o600)
         self.rotate_history()
         return path
 
@@ -85,37 +89,77 @@ class StateDir:
             return []
         return sorted(p for p in self.history.glob("*.json") if not p.name.startswith("."))
 
-    def load_report(self, run: str) -> dict[str, Any]:
+    def find_report(self, run: str) -> Path:
         """A run by id, id prefix, path, or `latest` / `previous` (`-1`, `-2`, ... counts back)."""
         candidate = Path(run)
         if candidate.suffix == ".json" and candidate.is_file():
-            return dict(json.loads(candidate.read_text(encoding="utf-8")))
+            return candidate
         files = self.list_history()
         aliases = {"latest": -1, "previous": -2}
         if run in aliases or re.fullmatch(r"-\d+", run):
             idx = aliases.get(run, int(run) if run.startswith("-") else 0)
             if not files or -idx > len(files):
                 raise LookupError(f"no run {run!r} in {self.history} ({len(files)} runs)")
-            return dict(json.loads(files[idx].read_text(encoding="utf-8")))
+            return files[idx]
         matches = [p for p in files if p.stem == run]
         matches = matches or [p for p in files if p.stem.startswith(run)]
         if len(matches) != 1:
             what = "no run" if not matches else f"{len(matches)} runs match"
             raise LookupError(f"{what} {run!r} in {self.history}")
-        return dict(json.loads(matches[0].read_text(encoding="utf-8")))
+        return matches[0]
 
-    def previous_report(self, command: str, before: str, hosts: set[str]) -> dict[str, Any] | None:
-        """The newest earlier report of the same command that covered one of `hosts`."""
-        for path in reversed(self.list_history()):
-            if path.stem >= before:
-                continue
+    def load_raw(self, run: str) -> dict[str, Any]:
+        """The stored JSON of a run, checked to be a report. UsageProblem (exit 2) naming the
+        file when there is no such run or the file is not a report."""
+        try:
+            path = self.find_report(run)
+        except LookupError as exc:
+            raise UsageProblem(str(exc)) from exc
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            Report.from_dict(raw)
+        except (OSError, ValueError) as exc:
+            raise UsageProblem(f"{path}: {corrupt_reason(exc)}") from exc
+        return dict(raw)
+
+    def load_report(self, run: str) -> Report:
+        return Report.from_dict(self.load_raw(run))
+
+    def iter_reports(
+        self, paths: Iterable[Path], warn: Callable[[str], None] | None = None
+    ) -> Iterator[Report]:
+        """Reports of history files; a corrupt file is skipped with a warning naming it."""
+        for path in paths:
             try:
-                rep = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if rep.get("command") == command and hosts & set(rep.get("hosts", {})):
-                return dict(rep)
+                yield read_report(path)
+            except (OSError, ValueError) as exc:
+                if warn is not None:
+                    warn(f"skipped {path}: {corrupt_reason(exc)}")
+
+    def previous_report(
+        self, command: str, before: str, hosts: set[str],
+        warn: Callable[[str], None] | None = None,
+    ) -> Report | None:
+        """The newest earlier report of the same command that covered one of `hosts`."""
+        earlier = [p for p in reversed(self.list_history()) if p.stem < before]
+        for rep in self.iter_reports(earlier, warn):
+            if rep.command == command and hosts & set(rep.hosts):
+                return rep
         return None
+
+
+def corrupt_reason(exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not a provision report (invalid or truncated JSON: {exc})"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not a provision report (not UTF-8 text: {exc.reason} at byte {exc.start})"
+    if isinstance(exc, OSError):
+        return f"cannot be read ({exc.strerror or exc})"
+    return f"not a provision report ({exc})"
+
+
+def read_report(path: Path) -> Report:
+    return Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
 def default_state() -> StateDir:

@@ -17,16 +17,16 @@ from provisioner.exitcodes import EXIT_CODES_HELP
 )
 @options.targets
 @options.run_opts
-@click.option("--validate", is_flag=True, help="Also run the validation role (uses the GPUs).")
+@options.validate
 @click.pass_context
-def check(ctx: click.Context, /, validate: bool, **params: Any) -> None:  # noqa: ANN401
+def check(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Read-only compliance check: every check passes, drifts or fails; nothing is changed.
 
     Prints what changed since the previous check per host (new problems, resolved ones, versions).
     """
-    from provisioner.session import Settings, execute  # noqa: PLC0415
+    from provisioner.session import execute  # noqa: PLC0415
+    from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
 
-    merged = options.merged(ctx, params)
-    merged.pop("check_mode", None)
-    merged.pop("no_reboot", None)
-    ctx.exit(execute(Settings.from_params("check", merged, validate=validate)))
+    s = Settings.from_params("check", merge_params(ctx))
+    require_targets(ctx, s)
+    ctx.exit(execute(s))

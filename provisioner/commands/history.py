@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
+
+from provisioner import options
+from provisioner.model import SUMMARY_KEYS, Report
 
 
 @click.group("history")
@@ -14,74 +18,75 @@ def history() -> None:
 
 @history.command("list")
 @click.option("-n", "--last", "last", type=click.IntRange(1), default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-def list_runs(last: int, as_json: bool) -> None:
+@options.json_output
+@click.pass_context
+def list_runs(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """List recent runs (newest last)."""
+    from provisioner.settings import merge_params  # noqa: PLC0415
     from provisioner.state import default_state  # noqa: PLC0415
 
+    p = merge_params(ctx)
     st = default_state()
-    rows = []
-    for path in st.list_history()[-last:]:
-        try:
-            rep = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        s = rep.get("summary", {})
-        rows.append({
-            "run_id": rep.get("run_id", path.stem),
-            "command": rep.get("command"),
-            "started": rep.get("started"),
-            "exit_code": rep.get("exit_code"),
-            "summary": {k: s.get(k, 0) for k in
-                        ("hosts", "ok", "changed", "drift", "failed", "unreachable")},
-        })
-    if as_json:
+    rows = [_row(rep) for rep in st.iter_reports(st.list_history()[-int(p["last"]):], _warn)]
+    if p["as_json"]:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
         click.echo(f"no runs in {st.history}")
     for r in rows:
-        s = r["summary"]
-        counts = " ".join(f"{k}={v}" for k, v in s.items() if v)
+        counts = " ".join(f"{k}={v}" for k, v in r["summary"].items() if v)
         click.echo(f"{r['run_id']}  {r['command']:<8}  exit {r['exit_code']}  {counts}")
+
+
+def _row(rep: Report) -> dict[str, Any]:
+    s = rep.summary
+    return {
+        "run_id": rep.run_id,
+        "command": rep.command,
+        "started": rep.started,
+        "exit_code": rep.exit_code,
+        "summary": {k: s.get(k, 0) for k in SUMMARY_KEYS},
+    }
+
+
+def _warn(line: str) -> None:
+    click.echo(f"warning: {line}", err=True)
 
 
 @history.command("diff", context_settings={"ignore_unknown_options": True})
 @click.argument("run_a")
 @click.argument("run_b", required=False, default="latest")
-@click.option("--json", "as_json", is_flag=True)
+@options.json_output
 @click.option("--all", "show_all", is_flag=True, help="Also list hosts with no changes.")
-def diff(run_a: str, run_b: str, as_json: bool, show_all: bool) -> None:
+@click.pass_context
+def diff(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """What changed from RUN_A to RUN_B (ids, id prefixes, files, latest, previous, -N)."""
-    from provisioner.exitcodes import UsageProblem  # noqa: PLC0415
     from provisioner.history import diff_reports, format_diff  # noqa: PLC0415
+    from provisioner.settings import merge_params  # noqa: PLC0415
     from provisioner.state import default_state  # noqa: PLC0415
 
+    p = merge_params(ctx)
     st = default_state()
-    try:
-        a, b = st.load_report(run_a), st.load_report(run_b)
-    except LookupError as exc:
-        raise UsageProblem(str(exc)) from exc
+    a, b = st.load_report(p["run_a"]), st.load_report(p["run_b"])
     diffs = diff_reports(a, b)
-    if as_json:
+    if p["as_json"]:
         click.echo(json.dumps(
-            {"from": a.get("run_id"), "to": b.get("run_id"),
-             "hosts": [d.to_dict() for d in diffs if show_all or not d.empty]}, indent=2))
+            {"from": a.run_id, "to": b.run_id,
+             "hosts": [d.to_dict() for d in diffs if p["show_all"] or not d.empty]}, indent=2))
         return
-    click.echo(f"{a.get('run_id')} -> {b.get('run_id')}")
-    lines = format_diff(diffs, only_changed=not show_all)
+    click.echo(f"{a.run_id} -> {b.run_id}")
+    lines = format_diff(diffs, only_changed=not p["show_all"])
     for line in lines or ["no changes"]:
         click.echo(line)
 
 
 @history.command("show")
 @click.argument("run", default="latest")
-def show(run: str) -> None:
+@click.pass_context
+def show(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Print a stored report.json."""
-    from provisioner.exitcodes import UsageProblem  # noqa: PLC0415
+    from provisioner.settings import merge_params  # noqa: PLC0415
     from provisioner.state import default_state  # noqa: PLC0415
 
-    try:
-        click.echo(json.dumps(default_state().load_report(run), indent=2))
-    except LookupError as exc:
-        raise UsageProblem(str(exc)) from exc
+    p = merge_params(ctx)
+    click.echo(json.dumps(default_state().load_raw(p["run"]), indent=2))

@@ -16,28 +16,20 @@ from provisioner import options
     "3 a host unreachable (connect, host key, auth) | 2 usage error.",
 )
 @options.targets
-@options.preflight_opts
+@options.json_output
 @click.pass_context
-def preflight(ctx: click.Context, /, **params: Any) -> None:  # noqa: ANN401
+def preflight(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Probe all hosts in parallel over SSH: reachable, host key, auth, sudo, OS, GPUs, driver."""
     from provisioner.exitcodes import exit_code_for  # noqa: PLC0415
-    from provisioner.preflight import (  # noqa: PLC0415
-        DEFAULT_KNOWN_HOSTS,
-        ProbeOptions,
-        run_preflight,
-    )
+    from provisioner.preflight import run_preflight  # noqa: PLC0415
     from provisioner.progress import preflight_lines  # noqa: PLC0415
-    from provisioner.session import Settings, resolve_targets  # noqa: PLC0415
+    from provisioner.session import probe_options, resolve_targets  # noqa: PLC0415
+    from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
 
-    merged = options.merged(ctx, params)
-    s = Settings.from_params("run", merged)
+    s = Settings.from_params("preflight", merge_params(ctx))
+    require_targets(ctx, s)
     tg = resolve_targets(s)
-    opts = ProbeOptions(
-        known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
-        accept_new=bool(s.accept_new_host_keys),
-        need_sudo=s.become is not False and not s.ask_become_pass,
-    )
-    results = run_preflight(tg.targets, opts)
+    results = run_preflight(tg.targets, probe_options(s))
     if s.as_json:
         click.echo(json.dumps([r.to_dict() for r in results], indent=2))
     else:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 
-def run_full(ctx: click.Context, params: dict[str, Any]) -> None:
-    from provisioner.session import Settings, execute  # noqa: PLC0415
+def run_full(ctx: click.Context) -> None:
+    from provisioner.session import execute  # noqa: PLC0415
+    from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
 
-    if not params.get("hosts") and not params.get("inventory"):
-        click.echo(ctx.get_help())
+    if not any(ctx.get_parameter_source(n) != click.core.ParameterSource.DEFAULT
+               for n in ctx.params):
+        click.echo(ctx.get_help())  # `provision` alone: the help, as a usage error
         ctx.exit(2)
-    ctx.exit(execute(Settings.from_params("run", params)))
+    s = Settings.from_params("run", merge_params(ctx))
+    require_targets(ctx, s)
+    ctx.exit(execute(s))

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import Any
 
 import click
 
-_stack_opt = click.option(
-    "--stack", "stack_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
-    envvar="PROVISION_STACK", help="Stack manifest (default: the built-in stack).",
-)
+from provisioner import options
 
 
 @click.group("stack")
@@ -19,14 +16,18 @@ def stack() -> None:
 
 
 @stack.command("show")
-@_stack_opt
-@click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
+@options.stack
+@options.json_output
 @click.option("--vars", "as_vars", is_flag=True, help="Show the role variables it maps to.")
-def show(stack_path: Path | None, as_json: bool, as_vars: bool) -> None:
+@click.pass_context
+def show(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Print the resolved stack (defaults filled in)."""
     from provisioner import stack as stk  # noqa: PLC0415
+    from provisioner.settings import merge_params  # noqa: PLC0415
 
-    s = stk.load(stack_path)
+    p = merge_params(ctx)
+    as_json, as_vars = bool(p["as_json"]), bool(p["as_vars"])
+    s = stk.load(p["stack_path"])
     for w in s.all_warnings:
         click.echo(f"warning: {w}", err=True)
     data = s.to_extravars() if as_vars else s.data
@@ -42,12 +43,14 @@ def show(stack_path: Path | None, as_json: bool, as_vars: bool) -> None:
 
 
 @stack.command("validate")
-@_stack_opt
-def validate(stack_path: Path | None) -> None:
+@options.stack
+@click.pass_context
+def validate(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Check the stack against the matrix; exit 2 naming the rule it breaks."""
     from provisioner import stack as stk  # noqa: PLC0415
+    from provisioner.settings import merge_params  # noqa: PLC0415
 
-    s = stk.load(stack_path)
+    s = stk.load(merge_params(ctx)["stack_path"])
     for w in s.all_warnings:
         click.echo(f"warning: {w}", err=True)
     click.echo(f"stack {s.name} ({s.source}): valid")

@@ -14,11 +14,11 @@ from provisioner.exitcodes import EXIT_CODES_HELP
 @options.targets
 @options.run_opts
 @click.pass_context
-def validate(ctx: click.Context, /, **params: Any) -> None:  # noqa: ANN401
+def validate(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Run the validation role alone (NCCL all-reduce, DDP smoke test)."""
-    from provisioner.session import Settings, execute  # noqa: PLC0415
+    from provisioner.session import execute  # noqa: PLC0415
+    from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
 
-    merged = options.merged(ctx, params)
-    merged.pop("check_mode", None)
-    merged.pop("no_reboot", None)
-    ctx.exit(execute(Settings.from_params("validate", merged)))
+    s = Settings.from_params("validate", merge_params(ctx))
+    require_targets(ctx, s)
+    ctx.exit(execute(s))

@@ -13,6 +13,7 @@ from provisioner import session, stack
 from provisioner.cli import cli
 from provisioner.exitcodes import UsageProblem
 from provisioner.extravars import parse as parse_extravars
+from provisioner.model import Report
 from provisioner.state import StateDir
 
 
@@ -29,7 +30,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[session.Settings]:
 
 
 def invoke(*args: str) -> Any:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False, prog_name="provision")
 
 
 def test_default_command_is_the_full_run(calls: list[session.Settings], tmp_path: Path) -> None:
@@ -113,10 +114,22 @@ def test_validate_command(calls: list[session.Settings]) -> None:
     assert (s.command, s.inventory, s.limit) == ("validate", "inv.yml", "g*")
 
 
-def test_no_hosts_prints_help_and_exits_2() -> None:
-    r = CliRunner().invoke(cli, ["--json"])
+def test_no_arguments_print_the_help_and_exit_2() -> None:
+    r = CliRunner().invoke(cli, [])
     assert r.exit_code == 2
     assert "Exit codes:" in r.output
+
+
+@pytest.mark.parametrize("args", [["--json"], ["check", "--json"], ["validate", "-v"],
+                                  ["preflight"]])
+def test_missing_hosts_is_one_error_line_and_the_usage_line(args: list[str]) -> None:
+    """Issue 14 (low): a missing --host/-i printed the whole help with no error line."""
+    r = CliRunner().invoke(cli, args, prog_name="provision")
+    assert r.exit_code == 2
+    assert "Error: no hosts: give --host HOST (repeatable) or -i INVENTORY" in r.output
+    assert r.output.startswith("Usage: provision")
+    assert "Exit codes:" not in r.output  # not the whole help
+    assert len(r.output.strip().splitlines()) <= 4
 
 
 def test_help_lists_exit_codes_and_commands() -> None:
@@ -206,17 +219,20 @@ def test_extra_vars_forms(tmp_path: Path) -> None:
 
 
 def test_extra_vars_override_the_stack() -> None:
-    s = session.Settings(command="run", extra_vars=("nvidia_driver_branch=550",), no_reboot=True)
+    s = session.Settings(command="run", extra_vars=("nvidia_driver_reboot_local=true",),
+                         no_reboot=True)
 
-    ev = session.build_extravars(s, stack.load(None))
-    assert ev["nvidia_driver_branch"] == "550"
+    ev = session.build_extravars(s, stack.load(None)).extravars
+    assert ev["nvidia_driver_reboot_local"] == "true"
     assert ev["nvidia_driver_allow_reboot"] is False
-    chk = session.build_extravars(session.Settings(command="check"), stack.load(None))
-    assert chk["validation_enabled"] is False
+    chk = session.build_extravars(session.Settings(command="check"), stack.load(None)).extravars
+    assert chk["gpu_stack_validation_enabled"] is False
     chk = session.build_extravars(
         session.Settings(command="check", validate=True), stack.load(None)
-    )
-    assert chk["validation_enabled"] is True
+    ).extravars
+    assert chk["gpu_stack_validation_enabled"] is True
+    val = session.build_extravars(session.Settings(command="validate"), stack.load(None)).extravars
+    assert val["gpu_stack_validation_enabled"] is True
 
 
 def test_history_commands(state_dir: Path) -> None:
@@ -226,7 +242,7 @@ def test_history_commands(state_dir: Path) -> None:
         ("20260101T000000Z-check-aaaaaa", "pass"),
         ("20260102T000000Z-check-bbbbbb", "drift"),
     ):
-        sd.save_report(
+        sd.save_report(Report.from_dict(
             {
                 "run_id": rid,
                 "command": "check",
@@ -240,7 +256,7 @@ def test_history_commands(state_dir: Path) -> None:
                     }
                 },
             }
-        )
+        ))
     r = invoke("history", "list")
     assert r.exit_code == 0
     assert "20260101T000000Z-check-aaaaaa" in r.stdout
@@ -287,10 +303,94 @@ def test_connection_options_override_an_inventory() -> None:
         key=Path("/k/id"),
         connection="paramiko",
     )
-    ev = session.build_extravars(s, stack.load(None))
+    ev = session.build_extravars(s, stack.load(None)).extravars
     assert ev["ansible_user"] == "ops"
     assert ev["ansible_port"] == 2222
     assert ev["ansible_ssh_private_key_file"] == "/k/id"
     assert ev["ansible_connection"] == "paramiko_ssh"
     with_hosts = session.Settings(command="run", hosts=("h",), user="ops")
-    assert "ansible_user" not in session.build_extravars(with_hosts, stack.load(None))
+    assert "ansible_user" not in session.build_extravars(with_hosts, stack.load(None)).extravars
+
+
+def test_options_before_and_after_the_subcommand_are_merged(
+    calls: list[session.Settings],
+) -> None:
+    """Issue 14 item 14 / issue 12 item 6: `provision --host a check --host b` used only b."""
+    r = CliRunner().invoke(
+        cli,
+        ["--host", "a", "-e", "x=1", "-v", "--report-dir", "r1", "check", "--host", "b",
+         "-e", "y=2", "-vv", "--json"],
+        prog_name="provision",
+    )
+    assert r.exit_code == 0, r.output
+    (s,) = calls
+    assert s.command == "check"
+    assert s.hosts == ("a", "b")
+    assert s.extra_vars == ("x=1", "y=2")
+    assert s.verbosity == 3
+    assert s.report_dir == Path("r1")
+    assert s.as_json
+
+
+def test_a_later_scalar_wins_and_the_earlier_one_is_named(calls: list[session.Settings]) -> None:
+    r = CliRunner().invoke(
+        cli, ["--user", "alice", "--port", "2200", "validate", "--host", "h", "--user", "bob"],
+        prog_name="provision",
+    )
+    assert r.exit_code == 0, r.output
+    (s,) = calls
+    assert (s.user, s.port) == ("bob", 2200)
+    assert (
+        "warning: --user given twice: 'bob' (to `provision validate`) replaces 'alice'"
+        in r.stderr
+    )
+
+
+def test_a_command_line_value_beats_the_environment_silently(
+    calls: list[session.Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROVISION_INVENTORY", "from-env.yml")
+    r = CliRunner().invoke(cli, ["-i", "given.yml", "check"], prog_name="provision")
+    assert r.exit_code == 0, r.output
+    assert calls[0].inventory == "given.yml"
+    assert "warning" not in r.stderr
+    r = CliRunner().invoke(cli, ["check"], prog_name="provision")
+    assert calls[1].inventory == "from-env.yml"
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--no-reboot", "check", "--host", "h"], "--no-reboot"),
+        (["--check", "validate", "--host", "h"], "--check"),
+        (["--host", "h", "stack", "show"], "--host"),
+        (["--stack", "s.yml", "preflight", "--host", "h"], "--stack"),
+        (["--report-dir", "r", "history", "list"], "--report-dir"),
+    ],
+)
+def test_an_option_the_subcommand_does_not_take_is_refused_not_dropped(
+    calls: list[session.Settings], args: list[str], option: str
+) -> None:
+    r = CliRunner().invoke(cli, args, prog_name="provision")
+    assert r.exit_code == 2, r.output
+    assert f"{option}: not an option of `provision" in r.output
+    assert calls == []
+
+
+def test_stack_given_before_stack_show_is_used(tmp_path: Path) -> None:
+    f = tmp_path / "s.yml"
+    f.write_text("driver: {branch: '550'}\n")
+    r = invoke("--stack", str(f), "stack", "show", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["driver"]["branch"] == "550"
+
+
+@pytest.mark.parametrize("option", ["--report-dir", "--stack", "--key", "--known-hosts", "-i",
+                                    "--host", "-e"])
+def test_an_empty_path_or_value_is_refused(calls: list[session.Settings], option: str) -> None:
+    """Issue 14 item 10: `--report-dir ''` wrote into the current directory."""
+    args = ["--host", "h", option, ""] if option != "--host" else ["--host", ""]
+    r = CliRunner().invoke(cli, args, prog_name="provision")
+    assert r.exit_code == 2, r.output
+    assert "empty value" in r.output
+    assert calls == []

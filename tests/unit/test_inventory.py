@@ -67,7 +67,7 @@ def test_inventory_from_hosts(tmp_path: Path) -> None:
 
 def test_duplicate_and_missing_hosts() -> None:
     with pytest.raises(UsageProblem, match="given twice"):
-        inv.targets_from_hosts(["a", "a:2222"])
+        inv.targets_from_hosts(["a", "a:22"])
     with pytest.raises(UsageProblem, match="no hosts"):
         inv.targets_from_hosts([])
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from conftest import CONTENT, cli_env, recorded
 
 from provisioner.events import RunState
+from provisioner.model import Report
 from provisioner.progress import Progress, summary_table
 
 EXE = Path(sys.executable).parent / "provision"
@@ -73,12 +74,11 @@ def test_live_table_on_a_terminal() -> None:
 
 def test_summary_table() -> None:
     out = io.StringIO()
-    report = {
+    report = Report.from_dict({
         "command": "check",
         "run_id": "r1",
         "duration_s": 1.5,
         "exit_code": 5,
-        "summary": {"hosts": 2, "ok": 1, "drift": 1},
         "hosts": {
             "g1": {
                 "status": "ok",
@@ -102,7 +102,7 @@ def test_summary_table() -> None:
                 ],
             },
         },
-    }
+    })
     summary_table(report, out)
     lines = out.getvalue().splitlines()
     assert lines[0].split() == [
@@ -151,6 +151,7 @@ def test_ctrl_c_stops_the_run_with_130(tmp_path: Path) -> None:
     report = json.loads(out)
     assert report["run_status"] == "canceled"
     assert report["exit_code"] == 130
+    assert report["hosts"]["h-ok"]["status"] == "interrupted"  # never "ok" (issue 14 item 2)
 
 
 def test_sigterm_outside_the_ansible_phase_is_130(

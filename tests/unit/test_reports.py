@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 import pytest
 import xmlschema
@@ -14,9 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from provisioner import reports
 from provisioner.events import RunState
+from provisioner.model import Check, HostReport, Report
 
 
-def sample_report() -> dict[str, Any]:
+def sample_report() -> Report:
     """A report built from the recorded check run, plus tricky label values."""
     rec = recorded("check")
     st = RunState(check_mode=True)
@@ -24,9 +24,9 @@ def sample_report() -> dict[str, Any]:
         st.feed(e)
     st.apply_stats(rec["stats"])
     hosts = {
-        name: reports.host_entry(
+        name: HostReport(
             status=h.status(check_mode=True),
-            checks=h.checks,
+            checks=[Check.from_dict(c) for c in h.checks],
             facts=h.facts,
             validation=h.validation,
             counts={"ok": h.ok},
@@ -34,32 +34,30 @@ def sample_report() -> dict[str, Any]:
         )
         for name, h in st.hosts.items()
     }
-    hosts['odd"host\\name'] = reports.host_entry(
+    hosts['odd"host\\name'] = HostReport(
         status="failed",
         checks=[
-            {
-                "id": "x.y",
-                "status": "fail",
-                "expected": 'a "q"',
-                "actual": "line1\nline2",
-                "message": 'bad <xml> & "quotes"',
-                "remediation": "fix it",
-            }
+            Check(
+                id="x.y",
+                status="fail",
+                expected='a "q"',
+                actual="line1\nline2",
+                message='bad <xml> & "quotes"',
+                remediation="fix it",
+            )
         ],
         facts={"gpu_model": 'NVIDIA "H100"\nX', "gpu_count": 8},
-        validation=None,
     )
-    return {
-        "command": "check",
-        "run_id": "20261202T000000Z-check-abcdef",
-        "version": "0.1.0",
-        "started": "2026-12-02T00:00:00Z",
-        "finished_ts": 1764633600.5,
-        "duration_s": 12.25,
-        "exit_code": 5,
-        "hosts": hosts,
-        "summary": reports.summarize(hosts),
-    }
+    return Report(
+        command="check",
+        run_id="20261202T000000Z-check-abcdef",
+        version="0.1.0",
+        started="2026-12-02T00:00:00Z",
+        finished_ts=1764633600.5,
+        duration_s=12.25,
+        exit_code=5,
+        hosts=hosts,
+    )
 
 
 def test_junit_validates_against_the_schema(tmp_path: Path) -> None:
@@ -69,7 +67,7 @@ def test_junit_validates_against_the_schema(tmp_path: Path) -> None:
     schema.validate(xml)  # raises on any violation
     root = ET.fromstring(xml)
     suites = root.findall("testsuite")
-    assert [s.get("name") for s in suites] == list(report["hosts"])
+    assert [s.get("name") for s in suites] == list(report.hosts)
     by_host = {s.get("name"): s for s in suites}
     drift = by_host["h-drift"]
     assert drift.get("failures") == "1"
@@ -102,19 +100,15 @@ def test_schema_rejects_what_it_should() -> None:
 
 
 def test_unreachable_host_is_an_error_testcase() -> None:
-    hosts = {
-        "gone": reports.host_entry(
-            status="unreachable", checks=[], facts={}, validation=None, message="no route"
-        )
-    }
-    xml = reports.junit_xml({"command": "run", "hosts": hosts, "duration_s": 1})
+    hosts = {"gone": HostReport(status="unreachable", message="no route")}
+    xml = reports.junit_xml(Report(command="run", run_id="r", hosts=hosts, duration_s=1))
     xmlschema.XMLSchema(str(FIXTURES / "junit.xsd")).validate(xml)
     err = ET.fromstring(xml).find("testsuite/testcase/error")
     assert err is not None
     assert err.get("message") == "no route"
 
 
-def families(text: str) -> dict[str, Any]:
+def families(text: str) -> dict[str, object]:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
@@ -168,7 +162,7 @@ def test_write_all_is_atomic_and_complete(tmp_path: Path) -> None:
     assert data["hosts"]["h-drift"]["status"] == "drift"
     assert set(data["hosts"]["h-ok"]["facts"]) >= set(reports.FACT_KEYS)
     # rewriting replaces the files in place
-    report["exit_code"] = 0
+    report.exit_code = 0
     reports.write_all(report, out)
     assert (
         families((out / "provision.prom").read_text())["provision_run_exit_code"].samples[0].value
@@ -177,40 +171,25 @@ def test_write_all_is_atomic_and_complete(tmp_path: Path) -> None:
 
 
 def test_unreachable_counts_once() -> None:
-    pre = {
-        "id": "ssh.connect",
-        "status": "fail",
-        "expected": "reachable",
-        "actual": "refused",
-        "message": "refused",
-        "remediation": "",
-    }
-    ok = {
-        "id": "driver.version",
-        "status": "pass",
-        "expected": "1",
-        "actual": "1",
-        "message": "",
-        "remediation": "",
-    }
+    pre = Check(id="ssh.connect", status="fail", expected="reachable", actual="refused",
+                message="refused")
+    ok = Check(id="driver.version", status="pass", expected="1", actual="1")
     hosts = {
-        "a": reports.host_entry(
+        "a": HostReport(
             status="unreachable",
             checks=[pre],
-            facts={},
-            validation=None,
             preflight={"status": "unreachable", "stage": "connect"},
         ),
-        "b": reports.host_entry(
+        "b": HostReport(
             status="unreachable",
             checks=[ok],
-            facts={},
-            validation=None,
             message="lost mid-run",
             preflight={"status": "ok"},
         ),
     }
-    root = ET.fromstring(reports.junit_xml({"command": "run", "hosts": hosts, "duration_s": 1}))
+    root = ET.fromstring(
+        reports.junit_xml(Report(command="run", run_id="r", hosts=hosts, duration_s=1))
+    )
     a, b = root.findall("testsuite")
     assert [c.get("name") for c in a.findall("testcase")] == ["ssh.connect"]
     # unreachable in the SSH preflight: an <error> (as docs/cli.md says), not a <failure>

@@ -144,15 +144,15 @@ def test_check_drift_and_history(tmp_path: Path, demo_content: Path) -> None:
     assert session.execute(s, state=st, run_fn=replay, preflight_fn=probes({})) == 1
     (req,) = replay.requests
     assert req.check is True
-    assert req.extravars["validation_enabled"] is True
+    assert req.extravars["gpu_stack_validation_enabled"] is True
     assert req.forks == 3
     # the recorded run also holds h-fail (failed): the report keeps it, the exit code follows
-    saved = st.load_report("latest")
+    saved = st.load_raw("latest")
     assert saved["hosts"]["h-drift"]["status"] == "drift"
     assert saved["hosts"]["h-changed"]["status"] == "drift"
     assert "changes" not in saved
     session.execute(s, state=st, run_fn=Replay("check"), preflight_fn=probes({}))
-    assert st.load_report("latest")["changes"]["hosts"] == []
+    assert st.load_raw("latest")["changes"]["hosts"] == []
 
 
 def test_missing_playbook_is_a_setup_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

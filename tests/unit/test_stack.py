@@ -103,7 +103,7 @@ def test_mirror_declaring_carries_silences_the_distro_warning() -> None:
             {"mirrors": {"nvidia_repo": "ftp://mirror/cuda"}},
             "mirrors.nvidia_repo: 'ftp://mirror/cuda'",
         ),
-        ({"pytorch": {"venv": "opt/pytorch"}}, "pytorch.venv: 'opt/pytorch' is not valid"),
+        ({"pytorch": {"venv": "opt/pytorch"}}, "pytorch.venv: 'opt/pytorch' must be an absolute"),
         ({"schema": 2}, "schema: 2 is not one of 1"),
         (
             {"validation": {"thresholds": {"bogus_key": 5}}},
@@ -189,7 +189,7 @@ def test_stack_file_load_and_name_from_file(tmp_path: Path) -> None:
 
 
 def test_stack_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(StackError, match="stack file not found"):
+    with pytest.raises(StackError, match=r"missing\.yml: not found"):
         stack.load(tmp_path / "missing.yml")
     bad = tmp_path / "bad.yml"
     bad.write_text("driver: [unclosed\n")
@@ -201,32 +201,88 @@ def test_stack_file_errors(tmp_path: Path) -> None:
         stack.load(lst)
 
 
-def test_to_extravars_produces_the_gpu_stack_variables() -> None:
-    """docs/architecture.md: every leaf of the stack as gpu_stack_<section>_<key>, plus what the
-    matrix derives, plus --no-reboot's nvidia_driver_allow_reboot; the roles' schema lists them."""
+def _leaves(doc: dict) -> set[tuple[str, str]]:
+    return {(sec, key) for sec, sub in doc.items() if isinstance(sub, dict) for key in sub}
+
+
+DERIVED = {
+    "gpu_stack_pytorch_python_range",
+    "gpu_stack_cuda_min_driver",
+    "gpu_stack_cudnn_build",
+    "gpu_stack_nccl_build",
+    "gpu_stack_cuda_distros",
+}
+
+
+def test_stack_vars_name_every_leaf_of_the_default_stack() -> None:
+    default = yaml.safe_load((REPO / "provisioner" / "data" / "default-stack.yml").read_text())
+    assert set(stack.STACK_VARS.values()) == _leaves(default)
+    for var, (section, key) in stack.STACK_VARS.items():
+        assert var == f"gpu_stack_{section}_{key}"
+
+
+def test_to_extravars_produces_exactly_the_role_variables() -> None:
     s = stack.load(None)
     ev = s.to_extravars()
-    leaves = {f"gpu_stack_{sec}_{key}" for sec, vals in s.data.items() if isinstance(vals, dict)
-              for key in vals}
-    derived = {"gpu_stack_pytorch_python_range", "gpu_stack_cuda_min_driver",
-               "gpu_stack_cudnn_build", "gpu_stack_nccl_build", "gpu_stack_cuda_distros"}
-    assert set(ev) == leaves | derived | {"nvidia_driver_allow_reboot"}
-    assert ev["gpu_stack_driver_branch"] == "535"
-    assert ev["gpu_stack_driver_version"] == ""  # null -> ""
-    assert ev["gpu_stack_cudnn_build"] == ev["gpu_stack_nccl_build"] == "cuda12.1"
-    assert ev["gpu_stack_cuda_min_driver"] == "530.30.02"
+    assert set(ev) == {*stack.STACK_VARS, *DERIVED, "nvidia_driver_allow_reboot"}
+    for var, (section, key) in stack.STACK_VARS.items():
+        value = s.data[section][key]
+        assert ev[var] == ("" if value is None else value), var
+    assert ev["gpu_stack_driver_version"] == ""  # null becomes ""
+    assert ev["gpu_stack_cuda_version"] == s.cuda_version
+    assert ev["nvidia_driver_allow_reboot"] is True
+    assert s.to_extravars(allow_reboot=False)["nvidia_driver_allow_reboot"] is False
+    matrix = stack.load_matrix()
+    row = matrix["cuda"][s.cuda_version]
+    assert ev["gpu_stack_cuda_min_driver"] == row["min_driver"]["version"]
+    cudnn_rows = {r["major"]: r for r in row["cudnn"]}
+    assert ev["gpu_stack_cudnn_build"] == cudnn_rows[s.cudnn_major]["build"]
+    assert ev["gpu_stack_nccl_build"] == row["nccl"][0]["build"]
+    nine = stack.resolve({"cudnn": {"version": "9.1.0.70"}}).to_extravars()
+    assert nine["gpu_stack_cudnn_build"] == cudnn_rows[9]["build"] != ev["gpu_stack_cudnn_build"]
+    # where NVIDIA publishes the stack's CUDA: the preflight role stops a host where it does not
     assert ev["gpu_stack_cuda_distros"]["debian12/x86_64"] == "absent"
     assert ev["gpu_stack_cuda_distros"]["ubuntu2204/x86_64"] == "published"
-    assert ev["nvidia_driver_allow_reboot"] is True
-    assert stack.load(None).to_extravars(allow_reboot=False)["nvidia_driver_allow_reboot"] is False
-    nine = stack.resolve({"cudnn": {"version": "9.1.0.70"}}).to_extravars()
-    assert nine["gpu_stack_cudnn_build"] == "cuda-12"
+    assert ev["gpu_stack_cuda_distros"]["ubuntu2404/x86_64"] == "unconfirmed"
     # the Python range of the stack's torch wheels (matrix), for preflight; none for CPU builds
     assert ev["gpu_stack_pytorch_python_range"] == ["3.9", "3.12"]
     old = stack.resolve({"pytorch": {"version": "2.1.2", "torchvision": "0.16.2"}})
     assert old.to_extravars()["gpu_stack_pytorch_python_range"] == ["3.8", "3.11"]
     cpu = stack.resolve({"pytorch": {"build": "cpu", "version": "2.13.0"}})
     assert cpu.to_extravars()["gpu_stack_pytorch_python_range"] == []
+
+
+VERSION_LITERAL = re.compile(r"(?<![\d.])(12\.1|cu121|8\.9\.2|2\.18\.3|535)(?![\d])")
+
+
+def test_no_version_literal_in_the_cli_code() -> None:
+    """The stack data (default-stack.yml, matrix.yml) is the only place a version is written."""
+    hits = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for p in sorted((REPO / "provisioner").rglob("*.py"))
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if VERSION_LITERAL.search(line)
+    ]
+    assert hits == []
+
+
+def test_the_version_literal_pattern_finds_what_it_should() -> None:
+    for text in ('"12.1"', "cu121", "8.9.2.26", "2.18.3", 'branch "535"'):
+        assert VERSION_LITERAL.search(text), text
+    for text in ("65535", "12.10", "1535x"):
+        assert not VERSION_LITERAL.search(text), text
+
+
+def test_matrix_sources_are_public() -> None:
+    text = (REPO / "provisioner" / "data" / "matrix.yml").read_text(encoding="utf-8")
+    assert "nvidia-facts" not in text
+    assert "shared/" not in text
+    matrix = yaml.safe_load(text)
+    rows = [matrix["driver"]["open_kernel_modules"], matrix["pytorch"]["cu121"]]
+    for cuda in matrix["cuda"].values():
+        rows += [cuda["min_driver"], *cuda["cudnn"], *cuda["nccl"], *cuda["distros"]]
+    for row in rows:
+        assert re.search(r"https://|[\w.-]+/[\w.-]+(:[\w./-]+|#\d+)", row["source"]), row
 
 
 def test_every_matrix_row_has_source_and_confidence() -> None:

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from provisioner import state as st
+from provisioner.exitcodes import UsageProblem
 from provisioner.history import diff_reports, format_diff
+from provisioner.model import Report
 
 
-def rep(run_id: str, command: str, hosts: dict) -> dict:
-    return {"run_id": run_id, "command": command, "hosts": hosts}
+def rep(run_id: str, command: str, hosts: dict) -> Report:
+    return Report.from_dict({"run_id": run_id, "command": command, "hosts": hosts})
 
 
 def host(status: str, checks: list[tuple[str, str]], **facts: object) -> dict:
@@ -53,16 +55,16 @@ def test_history_save_rotate_and_lookup(tmp_path: Path) -> None:
     sd.rotate_history(keep=3)
     ids = [p.stem for p in sd.list_history()]
     assert ids == [f"2026010{i}T000000Z-check-00000{i}" for i in (2, 3, 4)]
-    assert sd.load_report("latest")["run_id"].endswith("4")
-    assert sd.load_report("previous")["run_id"].endswith("3")
-    assert sd.load_report("-3")["run_id"].endswith("2")
-    assert sd.load_report("20260103")["run_id"].endswith("3")
-    with pytest.raises(LookupError, match="3 runs match"):
+    assert sd.load_report("latest").run_id.endswith("4")
+    assert sd.load_report("previous").run_id.endswith("3")
+    assert sd.load_report("-3").run_id.endswith("2")
+    assert sd.load_report("20260103").run_id.endswith("3")
+    with pytest.raises(UsageProblem, match="3 runs match"):
         sd.load_report("2026")
-    with pytest.raises(LookupError, match="no run"):
+    with pytest.raises(UsageProblem, match="no run"):
         sd.load_report("-9")
     path = sd.history / f"{ids[0]}.json"
-    assert sd.load_report(str(path))["run_id"] == ids[0]
+    assert sd.load_report(str(path)).run_id == ids[0]
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
@@ -73,7 +75,7 @@ def test_previous_report_is_same_command_and_overlapping_hosts(tmp_path: Path) -
     sd.save_report(rep("20260103T000000Z-check-c", "check", {"h9": host("ok", [])}))
     prev = sd.previous_report("check", "20260104T000000Z-check-d", {"h1"})
     assert prev is not None
-    assert prev["run_id"] == "20260101T000000Z-check-a"
+    assert prev.run_id == "20260101T000000Z-check-a"
     assert sd.previous_report("check", "20260101T000000Z-check-a", {"h1"}) is None
 
 

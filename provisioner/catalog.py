@@ -1,0 +1,97 @@
+"""The catalogue of check ids: what each verifies and how to fix it (`provision checks`).
+
+Source: the collection's own catalogue, `plugins/module_utils/catalog.py` of the content provision
+runs (imported by path, so it works from a checkout and from the wheel), when it exists; otherwise
+`data/checks.yml`, shipped with the CLI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provisioner import yamlfile
+from provisioner.events import owner_of
+from provisioner.exitcodes import SetupError
+
+DATA = Path(__file__).resolve().parent / "data" / "checks.yml"
+COLLECTION_CATALOG = Path("module_utils") / "catalog.py"
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    id: str
+    role: str
+    verifies: str
+    remediation: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "role": self.role, "verifies": self.verifies,
+                "remediation": self.remediation}
+
+
+def _role(cid: str) -> str:
+    if cid.startswith("<role>."):
+        return "(any role)"
+    if cid.startswith("ssh."):
+        return "ssh (CLI preflight)"
+    return owner_of({"id": cid})
+
+
+def _entries(raw: object) -> list[CheckInfo]:
+    """Entries from a mapping id -> {verifies|what|description, remediation|fix} or a list of
+    mappings with an `id`."""
+    items: list[tuple[str, Mapping[str, Any]]] = []
+    if isinstance(raw, Mapping):
+        items = [(str(k), v) for k, v in raw.items() if isinstance(v, Mapping)]
+    elif isinstance(raw, list):
+        items = [(str(v["id"]), v) for v in raw if isinstance(v, Mapping) and v.get("id")]
+    out = []
+    for cid, v in items:
+        verifies = v.get("verifies") or v.get("what") or v.get("description") or ""
+        remediation = v.get("remediation") or v.get("fix") or ""
+        out.append(CheckInfo(cid, str(v.get("role") or _role(cid)), str(verifies),
+                             str(remediation)))
+    return out
+
+
+def from_collection(plugins: Path) -> list[CheckInfo] | None:
+    """The collection's catalogue, or None when the content has none."""
+    path = plugins / COLLECTION_CATALOG
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("provision_collection_catalog", path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # any error in that code: a broken install
+        raise SetupError(f"check catalogue {path} cannot be loaded: {exc}") from exc
+    for name in ("CATALOG", "CHECKS", "catalog"):
+        raw = getattr(module, name, None)
+        raw = raw() if callable(raw) else raw
+        entries = _entries(raw)
+        if entries:
+            return entries
+    return None
+
+
+def from_data(path: Path = DATA) -> list[CheckInfo]:
+    try:
+        doc = yamlfile.load(path, limit=yamlfile.MiB, what="check catalogue")
+    except yamlfile.YamlFileError as exc:
+        raise SetupError(f"{exc} (broken install?)") from exc
+    return _entries((doc or {}).get("checks") if isinstance(doc, dict) else None)
+
+
+def load(plugins: Path | None = None) -> tuple[list[CheckInfo], str]:
+    """(entries sorted by id, where they came from)."""
+    if plugins is not None:
+        found = from_collection(plugins)
+        if found is not None:
+            return sorted(found, key=lambda c: c.id), str(plugins / COLLECTION_CATALOG)
+    return sorted(from_data(), key=lambda c: c.id), str(DATA)
