@@ -1,8 +1,8 @@
 """The catalogue of check ids: what each verifies and how to fix it (`provision checks`).
 
 Source: the collection's own catalogue, `plugins/module_utils/catalog.py` of the content provision
-runs (imported by path, so it works from a checkout and from the wheel), when it exists; otherwise
-`data/checks.yml`, shipped with the CLI.
+runs (imported by path, so it works from a checkout and from the wheel): the one list of check ids,
+beside the evaluator that produces them.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provisioner import yamlfile
 from provisioner.events import owner_of
 from provisioner.exitcodes import SetupError
 
-DATA = Path(__file__).resolve().parent / "data" / "checks.yml"
 COLLECTION_CATALOG = Path("module_utils") / "catalog.py"
 
 
@@ -80,18 +78,10 @@ def from_collection(plugins: Path) -> list[CheckInfo] | None:
     return None
 
 
-def from_data(path: Path = DATA) -> list[CheckInfo]:
-    try:
-        doc = yamlfile.load(path, limit=yamlfile.MiB, what="check catalogue")
-    except yamlfile.YamlFileError as exc:
-        raise SetupError(f"{exc} (broken install?)") from exc
-    return _entries((doc or {}).get("checks") if isinstance(doc, dict) else None)
-
-
-def load(plugins: Path | None = None) -> tuple[list[CheckInfo], str]:
+def load(plugins: Path | None) -> tuple[list[CheckInfo], str]:
     """(entries sorted by id, where they came from)."""
-    if plugins is not None:
-        found = from_collection(plugins)
-        if found is not None:
-            return sorted(found, key=lambda c: c.id), str(plugins / COLLECTION_CATALOG)
-    return sorted(from_data(), key=lambda c: c.id), str(DATA)
+    found = from_collection(plugins) if plugins is not None else None
+    if found is None:
+        where = plugins / COLLECTION_CATALOG if plugins is not None else COLLECTION_CATALOG
+        raise SetupError(f"the collection's check catalogue is missing ({where}): broken install?")
+    return sorted(found, key=lambda c: c.id), str(plugins / COLLECTION_CATALOG)

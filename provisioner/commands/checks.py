@@ -19,15 +19,11 @@ def checks(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     how to fix it."""
     from provisioner import catalog  # noqa: PLC0415
     from provisioner.content import locate  # noqa: PLC0415
-    from provisioner.exitcodes import SetupError, UsageProblem  # noqa: PLC0415
+    from provisioner.exitcodes import UsageProblem  # noqa: PLC0415
     from provisioner.settings import merge_params  # noqa: PLC0415
 
     p = merge_params(ctx)
-    try:
-        plugins = locate().plugins
-    except SetupError:
-        plugins = None  # no content here: the CLI's own catalogue still answers
-    entries, source = catalog.load(plugins)
+    entries, source = catalog.load(locate().plugins)
     prefix = str(p["prefix"] or "")
     shown = [c for c in entries if c.id.startswith(prefix)]
     if not shown:

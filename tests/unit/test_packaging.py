@@ -49,7 +49,7 @@ def test_wheel_contents(wheel: Path) -> None:
     assert not any(n.startswith(("lab/", "provisioner/lab/")) for n in names)
     assert "provisioner/data/matrix.yml" in names
     assert "provisioner/data/default-stack.yml" in names
-    assert "provisioner/data/checks.yml" in names  # `provision checks` without the collection
+    assert f"{coll}/plugins/module_utils/catalog.py" in names  # `provision checks`
     assert "provisioner/py.typed" in names
     roles = sorted(
         p.name for p in (REPO / "roles").iterdir() if (p / "tasks" / "main.yml").is_file()

@@ -1,0 +1,290 @@
+# -*- coding: utf-8 -*-
+# Copyright: the provision authors. Apache-2.0.
+"""Every check id provision reports: what it verifies and how to fix it (`provision checks`).
+
+The one catalogue: the evaluator's ids (plugins/module_utils/evaluate.py), the host lock's, the
+validation program's (validation.*) and the ones the CLI adds itself (ssh.*, <role>.task,
+<role>.pending). A unit test fails when the evaluator can produce an id that is not here.
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+CATALOG = {
+    "preflight.arch": {
+        "verifies": "the CPU architecture is x86_64 or aarch64 (NVIDIA's sbsa repositories)",
+        "remediation": "use an x86_64 or aarch64 (SBSA) server",
+    },
+    "preflight.cuda_repo": {
+        "verifies": "NVIDIA publishes the stack's CUDA for this OS release "
+        "and architecture (or the mirror declares it carries it); "
+        "the default stack stops on Debian 12, whose repository "
+        "starts at CUDA 12.3",
+        "remediation": "use an OS release NVIDIA publishes the CUDA version "
+        "for, a stack whose CUDA exists there, or declare "
+        "mirrors.nvidia_repo_carries for a mirror that has it",
+    },
+    "preflight.disk": {
+        "verifies": "enough free disk space for the driver, toolkit and PyTorch "
+        "(gpu_stack_preflight_min_free_gib at "
+        "gpu_stack_preflight_disk_path)",
+        "remediation": "free disk space at the checked path",
+    },
+    "preflight.gpu": {
+        "verifies": "at least one NVIDIA GPU is on the PCI bus (lspci) or answers nvidia-smi",
+        "remediation": "run the stack only on hosts with NVIDIA GPUs (check --limit "
+        "and the inventory)",
+    },
+    "preflight.kernel_headers": {
+        "verifies": "the headers of the running kernel are installed or "
+        "installable (DKMS builds the module against them)",
+        "remediation": "install the kernel headers package, or boot a "
+        "kernel whose headers the mirror carries",
+    },
+    "preflight.lock": {
+        "verifies": "no other provisioning run holds this host (the lock "
+        "/var/lib/provision/run.lock names its controller, pid and "
+        "start time)",
+        "remediation": "wait for that run; a dead run's lock is taken over after "
+        "gpu_stack_lock_stale_s without a sign of life, or at once "
+        "with -e gpu_stack_lock_takeover=true",
+    },
+    "preflight.nouveau": {
+        "verifies": "the nouveau module is not loaded",
+        "remediation": "run `provision` on the host (it blacklists nouveau), then reboot",
+    },
+    "preflight.os": {
+        "verifies": "the host runs a supported OS release (Ubuntu 20.04/22.04/24.04, "
+        "Debian 11/12, RHEL/Rocky/Alma 9; EL8 is refused: ansible-core "
+        "2.17+ cannot manage its packages)",
+        "remediation": "use a supported distribution release",
+    },
+    "preflight.package_manager": {
+        "verifies": "cloud-init finished and no other process holds the "
+        "dpkg/rpm locks within gpu_stack_wait_timeout_s "
+        "(first boot, unattended-upgrades); names the "
+        "holder's pid and name",
+        "remediation": "wait for the first-boot work to finish (or "
+        "raise gpu_stack_wait_timeout_s), then rerun",
+    },
+    "preflight.python": {
+        "verifies": "the interpreter for the PyTorch venv "
+        "(gpu_stack_pytorch_python) is inside the Python range of "
+        "the stack's torch wheels",
+        "remediation": "install a supported Python (e.g. the deadsnakes "
+        "python3.11 on Ubuntu 20.04) and set -e "
+        "gpu_stack_pytorch_python=python3.11",
+    },
+    "preflight.secure_boot": {
+        "verifies": "Secure Boot is off, or the driver comes from a signed "
+        "module path; checked before anything changes",
+        "remediation": "enrol a MOK key at the console or use signed "
+        "modules (Ubuntu "
+        "linux-modules-nvidia-<branch>-server), or disable "
+        "Secure Boot",
+    },
+    "<role>.pending": {
+        "verifies": "in check mode, no task of the role would change the host",
+        "remediation": "run `provision` on the host to converge it",
+    },
+    "<role>.task": {
+        "verifies": "a task that is not a check succeeded (an apt/dnf error, an "
+        "unreachable mirror)",
+        "remediation": "see the task error in the output; rerun with -v for details",
+    },
+    "cuda.nvcc": {
+        "verifies": "nvcc --version reports the stack's CUDA release",
+        "remediation": "run `provision` on the host",
+    },
+    "cuda.symlink": {
+        "verifies": "/usr/local/cuda points at the stack's toolkit (update-alternatives)",
+        "remediation": "run `provision` on the host",
+    },
+    "cuda.toolkit": {
+        "verifies": "cuda-toolkit-<major>-<minor> of the stack is installed (never "
+        "the floating `cuda` or `cuda-<x>-<y>` metas, which pull a "
+        "driver)",
+        "remediation": "run `provision` on the host",
+    },
+    "cudnn.hold": {
+        "verifies": "the cuDNN packages are held",
+        "remediation": "run `provision` on the host",
+    },
+    "cudnn.version": {
+        "verifies": "libcudnn (+ -dev) at the stack's version, built for the stack's CUDA",
+        "remediation": "run `provision` on the host",
+    },
+    "driver.branch": {
+        "verifies": "the installed driver is of the stack's branch (driver.branch)",
+        "remediation": "run `provision` on the host (installs cuda-drivers-<branch> and holds it)",
+    },
+    "driver.fabricmanager": {
+        "verifies": "on NVSwitch systems, nvidia-fabricmanager runs at "
+        "exactly the driver's version (CUDA error 802 without "
+        "it); absent elsewhere",
+        "remediation": "run `provision` on the host (driver.fabricmanager "
+        "auto|always|never in the stack)",
+    },
+    "driver.flavor": {
+        "verifies": "the open kernel-module flavour is only used where every GPU is "
+        "Turing or newer (compute capability >= 7.5)",
+        "remediation": "use driver.flavor proprietary on older GPUs",
+    },
+    "driver.hold": {
+        "verifies": "the driver packages are held (apt-mark hold, dnf versionlock) so "
+        "upgrades cannot move them",
+        "remediation": "run `provision` on the host (it holds them again)",
+    },
+    "driver.module_loaded": {
+        "verifies": "the loaded kernel module matches the installed "
+        'userspace driver (no "Driver/library version mismatch", '
+        "nvidia-smi exit 18)",
+        "remediation": "reboot the host (the module of the new driver loads at boot)",
+    },
+    "driver.next_boot": {
+        "verifies": "the kernel the host boots next (and the running one) has an "
+        "NVIDIA module built for it",
+        "remediation": "install the headers for the new kernel and run dkms "
+        "autoinstall, or run `provision` on the host",
+    },
+    "driver.nouveau_blacklist": {
+        "verifies": "nouveau is blacklisted in /etc/modprobe.d and the initramfs",
+        "remediation": "run `provision` on the host, then reboot",
+    },
+    "driver.persistence": {
+        "verifies": "nvidia-persistenced runs with persistence mode on (a "
+        "drop-in where the packaged unit runs "
+        "--no-persistence-mode, as Ubuntu's) and every GPU reports "
+        "Persistence Mode Enabled",
+        "remediation": "run `provision` on the host",
+    },
+    "driver.pin": {
+        "verifies": "apt preferences pin every driver package to the stack's branch or "
+        "exact version (/etc/apt/preferences.d/provision-nvidia-driver), "
+        "so one transaction never mixes versions",
+        "remediation": "run `provision` on the host",
+    },
+    "driver.reboot": {
+        "verifies": "no reboot is pending for the driver (under --no-reboot a "
+        "needed reboot fails this check)",
+        "remediation": "reboot the host in your maintenance window, then run "
+        "`provision` (or `provision validate`)",
+    },
+    "driver.secure_boot": {
+        "verifies": "the driver modules can load: Secure Boot off, Canonical's "
+        "signed modules adopted, or a declared signed path "
+        "(gpu_stack_secure_boot_signed)",
+        "remediation": "enrol a MOK key at the console or use signed modules, "
+        "or disable Secure Boot",
+    },
+    "driver.version": {
+        "verifies": "the installed driver is the stack's version (driver.version), "
+        "or the newest of the branch when that is null",
+        "remediation": "run `provision` on the host",
+    },
+    "env.foreign_paths": {
+        "verifies": "no login-shell file exports another CUDA toolkit's bin or "
+        "lib64 (names the file and line)",
+        "remediation": "run `provision` (comments out such lines in "
+        "/etc/profile.d and /etc/environment); elsewhere edit "
+        "the named file",
+    },
+    "env.ld_library_path": {
+        "verifies": "LD_LIBRARY_PATH holds the toolkit's lib64 and only paths that exist",
+        "remediation": "run `provision` on the host",
+    },
+    "env.ldconfig": {
+        "verifies": "ldconfig -p lists the CUDA libraries (ld.so.conf.d entry)",
+        "remediation": "run `provision` on the host",
+    },
+    "env.path": {
+        "verifies": "a login shell finds the stack's nvcc first on PATH (/etc/profile.d)",
+        "remediation": "run `provision` on the host",
+    },
+    "nccl.hold": {
+        "verifies": "the NCCL packages are held",
+        "remediation": "run `provision` on the host",
+    },
+    "nccl.version": {
+        "verifies": "libnccl2 and libnccl-dev at the stack's version, built for the stack's CUDA",
+        "remediation": "run `provision` on the host",
+    },
+    "pytorch.cuda": {
+        "verifies": "inside the venv, torch.version.cuda is the stack's CUDA and "
+        "CUDA, NCCL and cuDNN work (CPU builds report none)",
+        "remediation": "run `provision` on the host; a driver too old for the CUDA "
+        "build shows here",
+    },
+    "pytorch.version": {
+        "verifies": "the venv holds the stack's torch (and torchvision/torchaudio "
+        "when given) from the stack's index",
+        "remediation": "run `provision` on the host",
+    },
+    "repo.contrib": {
+        "verifies": "Debian only: Debian's archive entries include contrib, which "
+        "NVIDIA's Debian driver packages depend on",
+        "remediation": "run `provision` on the host (it adds contrib)",
+    },
+    "repo.source": {
+        "verifies": "exactly one sources entry (or .repo) for NVIDIA's repository, "
+        "and it carries the stack's CUDA toolkit",
+        "remediation": "run `provision` on the host; on a mirror, declare "
+        "mirrors.nvidia_repo_carries or add the packages",
+    },
+    "ssh.auth": {
+        "verifies": "the SSH user authenticates (key, agent)",
+        "remediation": "check --user/--key, the ssh agent, and authorized_keys",
+    },
+    "ssh.connect": {
+        "verifies": "TCP connects to the SSH port and an SSH handshake completes "
+        "(banner and key exchange)",
+        "remediation": "check that the host is up and sshd listens on the port (a "
+        "hung or overloaded sshd, or a port that is not SSH, shows "
+        "here)",
+    },
+    "ssh.exec": {
+        "verifies": "the probe command runs over the SSH session",
+        "remediation": "check the host's shell and sshd's session limits (MaxSessions), then rerun",
+    },
+    "ssh.hostkey": {
+        "verifies": "the host key is in known_hosts, unchanged and not @revoked",
+        "remediation": "verify the fingerprint, then --accept-new-host-keys (unknown "
+        "keys only); a changed or revoked key needs a person",
+    },
+    "ssh.resolve": {
+        "verifies": "the host name resolves",
+        "remediation": "check the host name (DNS or /etc/hosts)",
+    },
+    "ssh.sudo": {
+        "verifies": "sudo -n works for the SSH user (unless --no-become or -K)",
+        "remediation": "configure passwordless sudo or use --ask-become-pass",
+    },
+    "ssh.timeout": {
+        "verifies": "the probe answered within its overall time limit",
+        "remediation": "check the host's load and network; rerun, or use --no-preflight",
+    },
+    "validation.allreduce": {
+        "verifies": "an all-reduce sweep returns correct sums and its bus "
+        "bandwidth meets the threshold for the GPU model and "
+        "topology (thresholds.yml)",
+        "remediation": "check the interconnect: nvidia-smi topo -m, "
+        "nvidia-smi nvlink -s, fabric manager on NVSwitch "
+        "systems, PCIe link width/speed (lspci -vv), "
+        "NCCL_DEBUG=INFO for the transport",
+    },
+    "validation.ddp": {
+        "verifies": "a DDP training job's loss falls, parameters stay "
+        "bit-identical on all ranks, no rank is a straggler and the "
+        "scaling efficiency meets the threshold",
+        "remediation": "look at the named rank's GPU (nvidia-smi -q clocks and "
+        "throttle reasons, ECC/XID in dmesg) and host load; "
+        "diverging parameters mean a rank computes wrong results - "
+        "drain the node",
+    },
+    "validation.multinode": {
+        "verifies": "all-reduce and DDP across all hosts of the play, over the network",
+        "remediation": "check the network between the hosts "
+        "(validation_network_interface, firewall on "
+        "validation_master_port, the first host's address; "
+        "NCCL_DEBUG=INFO)",
+    },
+}
