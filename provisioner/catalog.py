@@ -80,8 +80,8 @@ def from_collection(plugins: Path) -> list[CheckInfo] | None:
 
 def load(plugins: Path | None) -> tuple[list[CheckInfo], str]:
     """(entries sorted by id, where they came from)."""
+    where = plugins / COLLECTION_CATALOG if plugins is not None else COLLECTION_CATALOG
     found = from_collection(plugins) if plugins is not None else None
     if found is None:
-        where = plugins / COLLECTION_CATALOG if plugins is not None else COLLECTION_CATALOG
         raise SetupError(f"the collection's check catalogue is missing ({where}): broken install?")
-    return sorted(found, key=lambda c: c.id), str(plugins / COLLECTION_CATALOG)
+    return sorted(found, key=lambda c: c.id), str(where)
