@@ -6,6 +6,7 @@ The commands (`provision`, `provision check`, `provision validate`) are thin wra
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from provisioner import inventory as inv
 from provisioner import stack as stk
 from provisioner.content import Content, locate
 from provisioner.events import HostState, RunState
-from provisioner.exitcodes import SetupError, UsageProblem, exit_code_for
+from provisioner.exitcodes import ProvisionError, SetupError, UsageProblem, exit_code_for
 from provisioner.history import diff_reports, format_diff
 from provisioner.model import Changes, Check, HostReport, Report
 from provisioner.preflight import (
@@ -157,9 +158,10 @@ def build_extravars(
         new = stk.LEGACY_VARS[old]
         (warn or echo_err)(f"warning: -e {old} is the old name of {new}; use -e {new}")
         given[new] = given.pop(old)
-    stack = stk.fold_overrides(stack, {k: v for k, v in given.items()
-                                       if k.startswith(STACK_PREFIX)})
-    rest = {k: v for k, v in given.items() if not k.startswith(STACK_PREFIX)}
+    policy = stk.policy_vars() if any(k.startswith(STACK_PREFIX) for k in given) else frozenset()
+    folded = {k: v for k, v in given.items() if k.startswith(STACK_PREFIX) and k not in policy}
+    stack = stk.fold_overrides(stack, folded)
+    rest = {k: v for k, v in given.items() if k not in folded}
     extravars = stack.to_extravars(allow_reboot=not s.no_reboot)
     extravars.update(connection_overrides(s))
     if "gpu_stack_validation_enabled" not in given:
@@ -295,11 +297,49 @@ def _ansible(
         progress = Progress(rstate, verbosity=s.verbosity)
         with progress:
             result = (run_fn or runner.run_playbook)(req, progress.on_event)
+        if result.status == "canceled":
+            echo_err("interrupted: the run was cancelled")
+            if run_fn is None and "gpu_stack_run_id" in extravars:
+                _release_locks(req, str(extravars["gpu_stack_run_id"]))
     rstate.apply_stats({k: dict(v) for k, v in result.stats.items()})
     out.artifacts, out.run_status, out.rc = result.artifacts, result.status, result.rc
-    if out.run_status == "canceled":
-        echo_err("interrupted: the run was cancelled")
     return rstate
+
+
+def _release_locks(req: Any, run_id: str) -> None:  # noqa: ANN401 - a runner.RunRequest
+    """After an interrupted run: release this run's provisioning locks (playbooks/unlock.yml), so
+    the next run is not refused by them. A second Ctrl-C leaves them to go stale."""
+    import dataclasses  # noqa: PLC0415
+
+    from provisioner import runner  # noqa: PLC0415
+
+    echo_err(f"releasing the provisioning locks of run {run_id} ...")
+    unlock = dataclasses.replace(
+        req, playbook="unlock.yml", ident=f"{req.ident}-unlock",
+        extravars={"gpu_stack_run_id": run_id}, check=False, diff=False, tags=None,
+        skip_tags=None,
+    )
+    try:
+        result = runner.run_playbook(unlock, lambda _event: None)
+    except (KeyboardInterrupt, ProvisionError) as exc:
+        echo_err(f"warning: locks not released ({exc or 'interrupted'}); they are taken over "
+                 "once stale (gpu_stack_lock_stale_s)")
+        return
+    if result.status != "successful":
+        echo_err(f"warning: releasing the locks ended {result.status}; they are taken over once "
+                 "stale (gpu_stack_lock_stale_s)")
+
+
+def controller_name() -> str:
+    """user@host of the controller, as another run sees the lock holder."""
+    import getpass  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
 
 
 INTERRUPTED_MSG = "the run was interrupted (Ctrl-C or SIGTERM) before this host's play finished"
@@ -450,6 +490,11 @@ def execute(
         runner.find_ansible_playbook()  # SetupError (exit 4) before any host is contacted
     _check_report_dir(s)
     run_id = new_run_id(s.command)
+    if s.command == "run" and not s.ansible_check:
+        # the host's provisioning lock names this run (provision.gpu.host_lock)
+        extravars.setdefault("gpu_stack_run_id", run_id)
+        extravars.setdefault("gpu_stack_run_controller", controller_name())
+        extravars.setdefault("gpu_stack_run_pid", os.getpid())
     out = Outcome()
     _preflight(s, tg, stack, preflight_fn, out)
     rstate = _ansible(

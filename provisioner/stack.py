@@ -586,6 +586,15 @@ def _coerce(value: Any, spec: Field) -> Any:  # noqa: ANN401
         return value  # reported as a type error by the schema check
 
 
+def policy_vars() -> frozenset[str]:
+    """The gpu_stack role's site-policy variables (waits, locks, holds, paths): gpu_stack_* names
+    that are not stack leaves and not derived. Given with -e they reach the roles as they are."""
+    from provisioner import rolegen  # noqa: PLC0415 - the role schema, read only when -e names one
+
+    names = set(rolegen.load_schema()["roles"]["gpu_stack"]["variables"])
+    return frozenset(names - set(STACK_VARS) - set(DERIVED_VARS) - {"gpu_stack_desired"})
+
+
 def fold_overrides(stack: Stack, values: Mapping[str, Any]) -> Stack:
     """`-e gpu_stack_<section>_<key>=...` folded into the stack and checked by the same schema
     and matrix rules as a stack file (StackError, exit 2, naming the rule)."""

@@ -813,3 +813,16 @@ def test_every_test_named_in_the_reliability_table_exists() -> None:
         assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name}"
     pending = [r for r in rows if "(lab test: pending)" in r]
     assert all("## Lab faults" in text.split(r)[0] for r in pending)
+
+
+def test_site_policy_variables_pass_through_unfolded() -> None:
+    """gpu_stack_* names of the role schema that are not stack leaves (waits, locks, holds) reach
+    the roles as given; a typo among gpu_stack_* names is still refused."""
+    rv = _vars("gpu_stack_wait_timeout_s=30", "gpu_stack_lock_takeover=true")
+    assert rv.extravars["gpu_stack_wait_timeout_s"] == "30"
+    assert rv.extravars["gpu_stack_lock_takeover"] == "true"
+    assert "with -e" not in rv.stack.source  # nothing folded into the stack
+    with pytest.raises(StackError, match="not a stack variable"):
+        _vars("gpu_stack_wait_timeout=30")
+    with pytest.raises(StackError, match="not a stack variable"):
+        _vars("gpu_stack_desired={}")
