@@ -39,7 +39,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     coll = "provisioner/_ansible/ansible_collections/provision/gpu"
-    for pb in ("site", "check", "validate"):
+    for pb in ("site", "check", "validate", "unlock"):
         assert f"{coll}/playbooks/{pb}.yml" in names
     assert f"{coll}/galaxy.yml" in names
     assert f"{coll}/meta/runtime.yml" in names
