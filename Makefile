@@ -7,6 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 N ?= 2
 PROFILE ?= h100-sxm-8
+PERSONALITY ?= ubuntu2204
 # Test processes (pytest-xdist). Lab tests on one host use about one core, so two processes keep a
 # 2-core machine busy; --dist loadscope keeps each module on one process (the converge scenario is
 # ordered, and module fixtures run once). TEST_JOBS=0 runs everything in one process.
@@ -52,7 +53,7 @@ roles: venv
 	$(BIN)/python -m provisioner.rolegen
 
 lab-up: venv
-	$(BIN)/python -m lab up --hosts $(N) --profile $(PROFILE)
+	$(BIN)/python -m lab up --hosts $(N) --profile $(PROFILE) --personality $(PERSONALITY)
 
 lab-down: venv
 	$(BIN)/python -m lab down
@@ -61,7 +62,7 @@ lab-status: venv
 	$(BIN)/python -m lab status
 
 demo: host-packages venv
-	$(BIN)/python -m lab.demo --report-dir demo-report
+	$(BIN)/python -m lab.demo --report-dir demo-report --personality $(PERSONALITY)
 
 clean:
 	rm -rf $(VENV) dist build demo-report .pytest_cache .ruff_cache .mypy_cache

@@ -1,4 +1,7 @@
-"""The lab's base image: a Debian 12 rootfs shared read-only (as overlay lower dir) by every host.
+"""The lab's base images: a Debian rootfs (bookworm, or bullseye for the debian11 personality)
+shared
+read-only (as overlay lower dir) by every host; lab/personality.py stacks presentation layers on
+top.
 
 Built once per lab directory and recipe (the directory name carries a hash of the recipe), into a
 temporary directory that is renamed into place only when complete, under a file lock so that
@@ -16,11 +19,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab import payload
 from lab.util import LabError, clean_env, file_lock, remove_tree, run, unmount_all
 from lab.wheelhouse import TORCH_REQUIREMENT, ensure_wheelhouse
 
-RECIPE_VERSION = 3
-SUITE = "bookworm"
+RECIPE_VERSION = 4
+SUITE = "bookworm"  # the default base
+SUITES = ("bookworm", "bullseye")
+# lab infrastructure in every base: simulated `modprobe nvidia` + udev (payload/nvidia_loader.py)
+LOADER = "/usr/lib/fake-nvidia/loader"
+GENERATOR = "/usr/lib/systemd/system-generators/provision-lab-nvidia"
 ADMIN_USER = "gpuadmin"
 TORCH_VENV = "/opt/pytorch"
 PACKAGES = (
@@ -59,13 +67,21 @@ HostKey /etc/ssh/ssh_host_ed25519_key
 
 @dataclass(frozen=True)
 class Base:
-    """A finished base image."""
+    """A finished base image, with the presentation layers a personality stacks on it (top
+    first)."""
 
     path: Path
+    layers: tuple[Path, ...] = ()
+    personality: str = ""
 
     @property
     def rootfs(self) -> Path:
         return self.path / "rootfs"
+
+    @property
+    def lowerdir(self) -> str:
+        """The overlay `lowerdir=` value: layers first, the rootfs last."""
+        return ":".join(str(p) for p in (*self.layers, self.rootfs))
 
     @property
     def key(self) -> Path:
@@ -79,8 +95,9 @@ class Base:
         return data
 
 
-def debian_mirror() -> str:
-    """The Debian mirror from this machine's own apt sources ($PROVISION_LAB_MIRROR overrides)."""
+def debian_mirror(suite: str = SUITE) -> str:
+    """The Debian mirror from this machine's own apt sources ($PROVISION_LAB_MIRROR overrides);
+    the same mirror serves bullseye as bookworm."""
     env = os.environ.get("PROVISION_LAB_MIRROR")
     if env:
         return env
@@ -101,48 +118,56 @@ def debian_mirror() -> str:
     return candidates[0] if candidates else "http://deb.debian.org/debian"
 
 
-def recipe() -> dict[str, object]:
+def recipe(suite: str = SUITE, torch: bool = True) -> dict[str, object]:
     """Everything that determines the base's content; its hash names the base directory."""
+    if suite not in SUITES:
+        raise LabError(f"unknown base suite {suite!r}; known: {', '.join(SUITES)}")
     return {
         "version": RECIPE_VERSION,
-        "suite": SUITE,
+        "suite": suite,
         "variant": "minbase",
         "packages": list(PACKAGES),
         "user": ADMIN_USER,
-        "torch": TORCH_REQUIREMENT,
-        "torch_venv": TORCH_VENV,
+        "torch": TORCH_REQUIREMENT if torch else None,
+        "torch_venv": TORCH_VENV if torch else None,
         "masked": list(MASKED_UNITS),
         "sshd": SSHD_CONFIG,
+        "loader": hashlib.sha256(payload.read("nvidia_loader.py").encode()).hexdigest(),
     }
 
 
-def recipe_hash() -> str:
-    return hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()[:12]
+def recipe_hash(suite: str = SUITE, torch: bool = True) -> str:
+    data = json.dumps(recipe(suite, torch), sort_keys=True).encode()
+    return hashlib.sha256(data).hexdigest()[:12]
 
 
-def find_base(lab: Path) -> Base | None:
-    path = lab / f"base-{recipe_hash()}"
+def base_name(suite: str = SUITE, torch: bool = True) -> str:
+    return f"base-{suite}-{recipe_hash(suite, torch)}"
+
+
+def find_base(lab: Path, suite: str = SUITE, torch: bool = True) -> Base | None:
+    path = lab / base_name(suite, torch)
     return Base(path) if (path / "recipe.json").exists() else None
 
 
-def ensure_base(lab: Path, log: bool = False) -> Base:
-    """Return the finished base for the current recipe, building it first if needed."""
-    found = find_base(lab)
+def ensure_base(lab: Path, log: bool = False, suite: str = SUITE, torch: bool = True) -> Base:
+    """Return the finished base for the recipe, building it first if needed."""
+    found = find_base(lab, suite, torch)
     if found:
         return found
     lab.mkdir(parents=True, exist_ok=True)
-    house = ensure_wheelhouse(lab)
+    house = ensure_wheelhouse(lab) if torch else None
     with file_lock(lab / "base.lock"):
-        found = find_base(lab)
+        found = find_base(lab, suite, torch)
         if found:
             return found
         for stale in lab.glob("base-*.tmp.*"):  # an interrupted build: never reused
             remove_tree(stale)
-        final = lab / f"base-{recipe_hash()}"
+        final = lab / base_name(suite, torch)
         tmp = lab / f"{final.name}.tmp.{os.getpid()}"
         tmp.mkdir()
         try:
-            _build(tmp, house, log)
+            _build(tmp, house, log, suite)
         except BaseException:
             remove_tree(tmp)
             raise
@@ -163,24 +188,26 @@ def _chroot(root: Path, *cmd: str, timeout: float = 600) -> None:
     )
 
 
-def _build(tmp: Path, house: Path, log: bool) -> None:
+def _build(tmp: Path, house: Path | None, log: bool, suite: str = SUITE) -> None:
     root = tmp / "rootfs"
     started = time.monotonic()
-    mirror = debian_mirror()
-    _say(log, f"debootstrap {SUITE} from {mirror} (about a minute)")
+    mirror = debian_mirror(suite)
+    _say(log, f"debootstrap {suite} from {mirror} (about a minute)")
     include = ",".join(PACKAGES)
     run(
-        ["debootstrap", "--variant=minbase", f"--include={include}", SUITE, root, mirror],
+        ["debootstrap", "--variant=minbase", f"--include={include}", suite, root, mirror],
         env=clean_env(),
         timeout=1800,
     )
     t_deboot = time.monotonic() - started
     _configure(root, tmp)
-    _say(log, f"baking {TORCH_REQUIREMENT} into {TORCH_VENV}")
-    t0 = time.monotonic()
-    _bake_torch(root, house)
-    t_torch = time.monotonic() - t0
-    meta = dict(recipe())
+    t_torch = 0.0
+    if house is not None:
+        _say(log, f"baking {TORCH_REQUIREMENT} into {TORCH_VENV}")
+        t0 = time.monotonic()
+        _bake_torch(root, house)
+        t_torch = time.monotonic() - t0
+    meta = dict(recipe(suite, house is not None))
     meta.update(
         {
             "mirror": mirror,
@@ -244,6 +271,12 @@ def _configure(root: Path, tmp: Path) -> None:
         link.symlink_to("/dev/null")
     (root / "etc/fake-nvidia").mkdir(parents=True, exist_ok=True)
     (root / "usr/sbin/policy-rc.d").unlink(missing_ok=True)
+    # the simulated module loading + udev binding (not part of any package)
+    _write(root / LOADER.lstrip("/"), payload.read("nvidia_loader.py"), 0o755)
+    gen = root / GENERATOR.lstrip("/")
+    gen.parent.mkdir(parents=True, exist_ok=True)
+    gen.unlink(missing_ok=True)
+    gen.symlink_to(LOADER)
 
 
 def _bake_torch(root: Path, house: Path) -> None:

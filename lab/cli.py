@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from lab import model
+from lab import personality as personality_mod
 from lab.fleet import owner_alive
 from lab.lab import Lab, unavailable_reason
 from lab.profiles import profile_names
@@ -34,19 +36,49 @@ def lab() -> None:
     repository and a PyTorch wheelhouse on 127.0.0.1. Needs root, systemd-nspawn and overlayfs."""
 
 
+personality_option = click.option(
+    "--personality",
+    type=click.Choice([*personality_mod.names(), "all"]),
+    default=None,
+    help="Host personality (default ubuntu2204, or $PROVISION_LAB_PERSONALITY): ubuntu2204 "
+    "(Debian 12 presented as Ubuntu 22.04), debian11, debian12.",
+)
+
+
 @lab.command()
+@personality_option
 @lab_dir_option
-def build(lab_dir: Path | None) -> None:
-    """Build (or reuse) the base image and the wheelhouse."""
+def build(personality: str | None, lab_dir: Path | None) -> None:
+    """Build (or reuse) the base image(s) and the wheelhouse."""
     _need_lab()
     the_lab = Lab(lab_dir)
-    started = time.monotonic()
-    try:
-        base = the_lab.ensure_base(log=True)
-    except LabError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"base:       {base.path} ({time.monotonic() - started:.1f}s)")
+    names = personality_mod.names() if personality == "all" else [personality]
+    for name in names:
+        started = time.monotonic()
+        try:
+            base = the_lab.ensure_base(log=True, personality=name)
+        except LabError as exc:
+            raise click.ClickException(str(exc)) from exc
+        shown = base.personality
+        click.echo(f"base {shown}: {base.lowerdir} ({time.monotonic() - started:.1f}s)")
     click.echo(f"wheelhouse: {the_lab.dir / 'wheelhouse'}")
+
+
+@lab.command()
+@click.option(
+    "--level",
+    type=click.Choice(["U", "P"]),
+    multiple=True,
+    default=("U",),
+    show_default=True,
+    help="Confidence levels to list (U unconfirmed, P partly confirmed).",
+)
+def facts(level: tuple[str, ...]) -> None:
+    """List the repository models' facts at the given confidence (lab/repos/*.yml)."""
+    for name in model.model_names():
+        for fact in model.facts(model.load(name), tuple(level)):
+            detail = f": {fact.detail}" if fact.detail else ""
+            click.echo(f"[{fact.confidence}] {name}: {fact.subject} ({fact.what}){detail}")
 
 
 def _parse_profiles(value: str) -> list[str]:
@@ -77,10 +109,13 @@ def _parse_profiles(value: str) -> list[str]:
     help="GPU profile(s), comma-separated; host i gets the i-th (the last repeats). "
     f"Known: {', '.join(profile_names())}.",
 )
+@personality_option
 @lab_dir_option
-def up(hosts: int, profile: str, lab_dir: Path | None) -> None:
+def up(hosts: int, profile: str, personality: str | None, lab_dir: Path | None) -> None:
     """Boot a fleet that stays up until `python -m lab down` (make lab-down)."""
     profiles = _parse_profiles(profile)
+    if personality == "all":
+        raise click.BadParameter("one personality per fleet", param_hint="--personality")
     _need_lab()
     the_lab = Lab(lab_dir)
     fleet_dir = the_lab.dir / "fleet"
@@ -90,17 +125,22 @@ def up(hosts: int, profile: str, lab_dir: Path | None) -> None:
         )
     try:
         t0 = time.monotonic()
-        the_lab.ensure_base(log=True)
+        the_lab.ensure_base(log=True, personality=personality)
         repo = the_lab.start_detached_repo()
         t1 = time.monotonic()
-        fleet = the_lab.create_fleet(hosts, profiles, path=fleet_dir, detached=True)
+        fleet = the_lab.create_fleet(
+            hosts, profiles, path=fleet_dir, detached=True, personality=personality
+        )
         t2 = time.monotonic()
     except LabError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"lab up: {len(fleet.hosts)} host(s) in {t2 - t1:.1f}s (base+repo {t1 - t0:.1f}s)")
+    click.echo(
+        f"lab up: {len(fleet.hosts)} {fleet.personality} host(s) in {t2 - t1:.1f}s "
+        f"(base+repo {t1 - t0:.1f}s)"
+    )
     for h in fleet.hosts:
         click.echo(f"  {h.name:6} {h.address:15} {h.profile}")
-    click.echo(f"repo:      {repo.repos_url}/debian12/x86_64/")
+    click.echo(f"repo:      {repo.repos_url}/{fleet.distro_arch}/")
     click.echo(f"wheels:    {repo.base_url}/wheels/")
     click.echo(f"inventory: {fleet.inventory_path}")
     click.echo(f"stack:     {fleet.stack_path}")
@@ -150,6 +190,7 @@ def status(lab_dir: Path | None) -> None:
     the_lab = Lab(lab_dir)
     click.echo(f"lab dir: {the_lab.dir}")
     bases = sorted(p.name for p in the_lab.dir.glob("base-*") if (p / "recipe.json").exists())
+    bases += sorted(p.name for p in the_lab.dir.glob("present-*") if (p / "done").exists())
     click.echo(f"base:    {', '.join(bases) or 'not built'}")
     repo = the_lab.detached_repo()
     click.echo(f"server:  {repo.base_url if repo else 'not running'}")
@@ -157,7 +198,7 @@ def status(lab_dir: Path | None) -> None:
     if not fleets:
         click.echo("fleets:  none")
     for fleet in fleets:
-        click.echo(f"fleet {fleet.id} ({fleet.dir}):")
+        click.echo(f"fleet {fleet.id} ({fleet.personality}, {fleet.dir}):")
         states = fleet.state() if not unavailable_reason() else {}
         for h in fleet.hosts:
             click.echo(f"  {h.name:6} {h.address:15} {h.profile:12} {states.get(h.name, '?')}")

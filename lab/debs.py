@@ -25,6 +25,12 @@ class Deb:
     conflicts: list[str] = field(default_factory=list)
     replaces: list[str] = field(default_factory=list)
     provides: list[str] = field(default_factory=list)
+    pre_depends: list[str] = field(default_factory=list)
+    recommends: list[str] = field(default_factory=list)
+    suggests: list[str] = field(default_factory=list)
+    breaks: list[str] = field(default_factory=list)
+    maintainer: str = "cudatools <cudatools@nvidia.com>"
+    long_description: str = "Simulated package of the provision lab; payload is not NVIDIA's."
     files: dict[str, tuple[bytes, int]] = field(default_factory=dict)
     symlinks: dict[str, str] = field(default_factory=dict)
     scripts: dict[str, str] = field(default_factory=dict)
@@ -48,12 +54,16 @@ class Deb:
             f"Version: {self.version}",
             f"Architecture: {self.arch}",
             *([f"Source: {self.source}"] if self.source else []),
-            "Maintainer: cudatools <cudatools@nvidia.com>",
+            f"Maintainer: {self.maintainer}",
             f"Section: {self.section}",
             "Priority: optional",
         ]
         for key, values in (
+            ("Pre-Depends", self.pre_depends),
             ("Depends", self.depends),
+            ("Recommends", self.recommends),
+            ("Suggests", self.suggests),
+            ("Breaks", self.breaks),
             ("Conflicts", self.conflicts),
             ("Replaces", self.replaces),
             ("Provides", self.provides),
@@ -61,8 +71,41 @@ class Deb:
             if values:
                 lines.append(f"{key}: {', '.join(values)}")
         lines.append(f"Description: {self.description}")
-        lines.append(" Simulated package of the provision lab; payload is not NVIDIA's.")
+        lines.append(" " + self.long_description)
         return "\n".join(lines) + "\n"
+
+    def digest(self) -> str:
+        """A hash of everything that goes into the .deb (the cache key of a built package)."""
+        h = hashlib.sha256(self.control().encode())
+        for rel, (data, mode) in sorted(self.files.items()):
+            h.update(f"F{rel}\0{mode}\0".encode())
+            h.update(hashlib.sha256(data).digest())
+        for rel, target in sorted(self.symlinks.items()):
+            h.update(f"L{rel}\0{target}\0".encode())
+        for name, body in sorted(self.scripts.items()):
+            h.update(f"S{name}\0{body}\0".encode())
+        h.update(f"C{self.conffiles}T{self.ldconfig_trigger}".encode())
+        return h.hexdigest()
+
+    def build_cached(self, outdir: Path, workdir: Path, cache: Path) -> Path:
+        """Like build(), but reuse an identical package built before (cache/<digest>.deb)."""
+        key = self.digest()
+        cached = cache / key[:2] / f"{key}.deb"
+        out = outdir / self.filename
+        if not cached.exists():
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmpdir = workdir / f"c-{key[:16]}"
+            tmpdir.mkdir(parents=True, exist_ok=True)
+            built = self.build(tmpdir, workdir)
+            tmp = cached.with_suffix(f".tmp.{os.getpid()}")
+            shutil.move(built, tmp)
+            tmp.rename(cached)
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        try:
+            os.link(cached, out)
+        except OSError:
+            shutil.copy2(cached, out)
+        return out
 
     def build(self, outdir: Path, workdir: Path) -> Path:
         """dpkg-deb --build this package into outdir."""

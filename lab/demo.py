@@ -1,4 +1,5 @@
-"""`make demo`: build the lab (cached), boot one simulated 8x H100 host, provision the full stack
+"""`make demo`: build the lab (cached), boot one simulated 8x H100 host (Ubuntu 22.04 personality
+unless --personality says otherwise), provision the full stack
 on it with `provision --host ...`, print the summary, keep the reports, tear the lab down."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.demo")
     parser.add_argument("--report-dir", default="demo-report", type=Path)
     parser.add_argument("--profile", default="h100-sxm-8")
+    parser.add_argument("--personality", default=None, help="host personality (default ubuntu2204)")
     args = parser.parse_args(argv)
     reason = unavailable_reason()
     if reason:
@@ -30,12 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     fleet = None
     try:
-        lab.ensure_base(log=True)
+        lab.ensure_base(log=True, personality=args.personality)
         repo = lab.start_repo()
-        fleet = lab.create_fleet(1, [args.profile])
+        fleet = lab.create_fleet(1, [args.profile], personality=args.personality)
         host = fleet.hosts[0]
         print(
-            f"[lab] ready in {time.monotonic() - started:.0f}s: {host.name} ({args.profile}) "
+            f"[lab] ready in {time.monotonic() - started:.0f}s: {host.name} ({args.profile}, "
+            f"{fleet.personality}) "
             f"at {host.address}; repo {repo.repos_url}",
             flush=True,
         )

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from lab import alloc
+from lab import personality as personality_mod
 from lab.base import ADMIN_USER, Base
 from lab.hosts import Host, HostRuntime, RunResult
 from lab.profiles import load_profile
@@ -28,7 +29,8 @@ _LIVE: dict[str, Fleet] = {}  # fleets owned by this process, destroyed at exit
 
 
 def stack_yaml(repo_url: str, wheels_url: str) -> str:
-    """The lab's stack file (schema 1) with mirrors pointing at the lab."""
+    """The lab's stack file (schema 1) with mirrors pointing at the lab. The lab's mirror models
+    NVIDIA's real one, so it declares nothing beyond it (`nvidia_repo_carries: []`)."""
     return f"""\
 schema: 1
 name: lab
@@ -39,7 +41,7 @@ nccl: {{version: "2.18.3"}}
 pytorch: {{version: "2.13.0", build: cpu, venv: /opt/pytorch, torchvision: null, torchaudio: null}}
 mirrors:
   nvidia_repo: {repo_url}
-  nvidia_repo_carries: [debian12/x86_64]
+  nvidia_repo_carries: []
   pytorch_index: null
   pytorch_find_links: {wheels_url}
 validation: {{backend: auto, nproc_per_node: 2, timeout_s: 120}}
@@ -59,8 +61,10 @@ class Fleet:
         owner_pid: int | None,
         repo_url: str | None,
         wheels_url: str | None,
+        personality: str = personality_mod.DEFAULT,
     ) -> None:
         self.id = fleet_id
+        self.personality = personality
         self.dir = path
         self.lab_path = lab_path
         self.hosts = hosts
@@ -84,8 +88,12 @@ class Fleet:
         path: Path | None = None,
         detached: bool = False,
         boot: bool = True,
+        archive_url: str | None = None,
+        archive_key: bytes | None = None,
     ) -> Fleet:
-        """Create and boot n hosts; profiles[i] (the last one repeats) is host i's GPU profile."""
+        """Create and boot n hosts; profiles[i] (the last one repeats) is host i's GPU profile.
+        The base's personality decides the OS; archive_url/archive_key (the lab's slice of the
+        distribution's archive) become each host's /etc/apt/sources.list and trusted key."""
         if not 1 <= n <= MAX_HOSTS:
             raise LabError(f"a fleet has 1 to {MAX_HOSTS} hosts, not {n}")
         if not profiles:
@@ -116,6 +124,7 @@ class Fleet:
             owner_pid=None if detached else os.getpid(),
             repo_url=repo_url,
             wheels_url=wheels_url,
+            personality=base.personality or personality_mod.DEFAULT,
         )
         if not detached:
             _LIVE[fleet_id] = fleet
@@ -126,7 +135,8 @@ class Fleet:
                 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
                 + "".join(f"{h.address}\t{h.name}\n" for h in hosts)
             )
-            known = [fleet._rt[h.name].prepare(base.rootfs, etc_hosts) for h in hosts]
+            files = host_apt_files(fleet.personality, archive_url, archive_key)
+            known = [fleet._rt[h.name].prepare(base.lowerdir, etc_hosts, files) for h in hosts]
             fleet.known_hosts.write_text("\n".join(known) + "\n", encoding="utf-8")
             fleet._write_inventory()
             fleet.extra_vars_path.write_text(
@@ -155,6 +165,7 @@ class Fleet:
             owner_pid=data.get("owner_pid"),
             repo_url=data.get("repo_url"),
             wheels_url=data.get("wheels_url"),
+            personality=data.get("personality", personality_mod.DEFAULT),
         )
 
     def _save(self) -> None:
@@ -167,6 +178,7 @@ class Fleet:
                     "owner_pid": self.owner_pid,
                     "repo_url": self.repo_url,
                     "wheels_url": self.wheels_url,
+                    "personality": self.personality,
                     "hosts": [h.to_json() for h in self.hosts],
                 },
                 indent=2,
@@ -176,6 +188,16 @@ class Fleet:
         )
 
     # ----------------------------------------------------------------- files
+    @property
+    def distro_arch(self) -> str:
+        """The NVIDIA repository directory of this fleet's personality (e.g. ubuntu2204/x86_64)."""
+        return personality_mod.get(self.personality).nvidia_repo
+
+    @property
+    def keyring_url(self) -> str:
+        """The cuda-keyring .deb of this fleet's NVIDIA repository on the lab server."""
+        return f"{self.repo_url}/{self.distro_arch}/cuda-keyring_1.1-1_all.deb"
+
     @property
     def known_hosts(self) -> Path:
         return self.dir / "known_hosts"
@@ -206,6 +228,8 @@ class Fleet:
                         f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes"
                     ),
                     "nvidia_driver_manage_kernel_modules": False,
+                    "lab_personality": self.personality,
+                    "lab_torch_venv": personality_mod.get(self.personality).torch,
                 },
                 "children": {
                     "gpu_servers": {
@@ -326,6 +350,21 @@ class Fleet:
         self.destroyed = True
         if errors:
             raise LabError("teardown incomplete: " + "; ".join(errors))
+
+
+ARCHIVE_KEY_FILE = "/etc/apt/trusted.gpg.d/provision-lab-archive.gpg"
+
+
+def host_apt_files(
+    personality: str, archive_url: str | None, archive_key: bytes | None
+) -> dict[str, bytes]:
+    """A fresh host's apt sources: the distribution archive (the lab's slice of it), as a cloud
+    image has it (Ubuntu: main restricted universe multiverse; Debian: main)."""
+    if not archive_url or archive_key is None:
+        return {}
+    p = personality_mod.get(personality)
+    line = f"deb {archive_url} {p.archive_suite} {' '.join(p.components)}\n"
+    return {"/etc/apt/sources.list": line.encode(), ARCHIVE_KEY_FILE: archive_key}
 
 
 def _stop_one(rt: HostRuntime) -> Exception | None:

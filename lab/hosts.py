@@ -126,8 +126,11 @@ class HostRuntime:
         self._proc: subprocess.Popen[bytes] | None = None
 
     # ----------------------------------------------------------------- preparation
-    def prepare(self, rootfs: Path, etc_hosts: str, host_key_pub: Path | None = None) -> str:
-        """Mount the overlay and write the per-host files; returns the host's public key line."""
+    def prepare(
+        self, lowerdir: str | Path, etc_hosts: str, files: dict[str, bytes] | None = None
+    ) -> str:
+        """Mount the overlay (lowerdir: the base's layers and rootfs) and write the per-host files
+        (plus `files`: path -> content); returns the host's public key line."""
         h = self.host
         for sub in ("upper", "work", "merged"):
             (h.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -138,7 +141,7 @@ class HostRuntime:
                 "overlay",
                 "overlay",
                 "-o",
-                f"lowerdir={rootfs},upperdir={h.dir / 'upper'},workdir={h.dir / 'work'}",
+                f"lowerdir={lowerdir},upperdir={h.dir / 'upper'},workdir={h.dir / 'work'}",
                 h.merged,
             ]
         )
@@ -168,6 +171,10 @@ class HostRuntime:
         lspci.write_text(payload.read("lspci.py"), encoding="utf-8")
         lspci.chmod(0o755)
         (m / "lib/modules" / os.uname().release).mkdir(parents=True, exist_ok=True)
+        for rel, data in (files or {}).items():
+            dest = m / rel.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
         self.write_description(h.profile)
         pub = (m / "etc/ssh/ssh_host_ed25519_key.pub").read_text(encoding="utf-8").split()
         return f"{h.address},{h.name} {pub[0]} {pub[1]}"

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lab import base as base_mod
+from lab import personality as personality_mod
 from lab.fleet import Fleet, fleets_in, owner_alive
 from lab.repo import Repo, build_repo
 from lab.server import ThreadedServer
@@ -70,9 +71,11 @@ class Lab:
         self.dir.mkdir(parents=True, exist_ok=True)
         return ensure_wheelhouse(self.dir)
 
-    def ensure_base(self, log: bool = False) -> base_mod.Base:
+    def ensure_base(self, log: bool = False, personality: str | None = None) -> base_mod.Base:
+        """The base image (and presentation layer) of a personality (default: ubuntu2204, or
+        $PROVISION_LAB_PERSONALITY), built when missing."""
         self.check()
-        return base_mod.ensure_base(self.dir, log=log)
+        return personality_mod.ensure(self.dir, personality, log=log)
 
     # ----------------------------------------------------------------- repository server
     def _serve_tree(self, name: str) -> Path:
@@ -111,7 +114,10 @@ class Lab:
         if self.repo is None:
             raise LabError("start_repo() first")
         return build_repo(
-            self.repo.root / name, f"{self.repo.base_url}/{name}", self.dir / "cache" / "so"
+            self.repo.root / name,
+            f"{self.repo.base_url}/{name}",
+            self.dir / "cache" / "so",
+            archive_models=(),
         )
 
     @property
@@ -200,11 +206,15 @@ class Lab:
         *,
         path: Path | None = None,
         detached: bool = False,
+        personality: str | None = None,
     ) -> Fleet:
-        base = self.ensure_base()
+        """Boot n hosts of one personality (ubuntu2204 by default, or $PROVISION_LAB_PERSONALITY;
+        see lab/personality.py); their apt sources point at the lab's archive slice."""
+        base = self.ensure_base(personality=personality)
         if self.repo is None:
             self.start_repo()
         assert self.repo is not None
+        p = personality_mod.get(base.personality)
         return Fleet.create(
             self.dir,
             base,
@@ -214,6 +224,8 @@ class Lab:
             wheels_url=f"{self.repo.base_url}/wheels/",
             path=path,
             detached=detached,
+            archive_url=self.repo.archive_url(p.archive),
+            archive_key=self.repo.archive_keyring.read_bytes(),
         )
 
     def fleets(self) -> list[Fleet]:

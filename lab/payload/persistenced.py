@@ -8,6 +8,7 @@ keeps persistence mode on (nvidia-smi reports `Enabled` while it runs) until SIG
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import sys
 import time
@@ -23,6 +24,13 @@ def main(argv: list[str]) -> int:
             "nvidia-persistenced failed to initialize. Check syslog for more details.\n"
         )
         return 1
+    if "--user" in argv:
+        user = argv[argv.index("--user") + 1] if argv.index("--user") + 1 < len(argv) else ""
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            sys.stderr.write(f"nvidia-persistenced failed to initialize: no such user {user!r}.\n")
+            return 1
     mode = "0" if "--no-persistence-mode" in argv else "1"
     if os.fork():  # Type=forking: the parent returns once the child wrote its pid file
         for _ in range(50):

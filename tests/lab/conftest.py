@@ -57,11 +57,14 @@ FleetFactory = Callable[..., Fleet]
 
 @pytest.fixture
 def fleet_factory(lab: Lab) -> Iterator[FleetFactory]:
-    """`fleet_factory(n=1, profiles=("h100-sxm-8",))` boots a fleet; all die at teardown."""
+    """`fleet_factory(n=1, profiles=("h100-sxm-8",), personality=None)` boots a fleet (of the
+    default personality, ubuntu2204, unless given); all die at teardown."""
     fleets: list[Fleet] = []
 
-    def make(n: int = 1, profiles: Sequence[str] = ("h100-sxm-8",)) -> Fleet:
-        fleet = lab.create_fleet(n, profiles)
+    def make(
+        n: int = 1, profiles: Sequence[str] = ("h100-sxm-8",), personality: str | None = None
+    ) -> Fleet:
+        fleet = lab.create_fleet(n, profiles, personality=personality)
         fleets.append(fleet)
         return fleet
 

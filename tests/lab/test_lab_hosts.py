@@ -179,3 +179,17 @@ def test_owner_killed_by_signal_still_tears_down(lab, sig):
     assert not fleet_dir.exists()
     assert mounts_under(fleet_dir) == []
     assert cgroups.pids_in(machine) == []
+
+
+def test_real_pip_install_from_the_loopback_wheelhouse(lab, fleet_factory):
+    fleet = fleet_factory(1, ["t4-1"])
+    res = fleet.run(
+        "gpu01",
+        "python3 -m venv /opt/fresh && /opt/fresh/bin/pip install -q --disable-pip-version-check "
+        f"--no-index --find-links {lab.wheels_url} torch==2.13.0 && "
+        "/opt/fresh/bin/python -c 'import torch, torch.distributed as d; "
+        "print(torch.__version__, d.is_gloo_available())'",
+        timeout=600,
+    )
+    assert res.rc == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["2.13.0+cpu", "True"]

@@ -1,0 +1,74 @@
+"""The repository models (lab/repos/*.yml): every fact has a source, and the README lists the
+unconfirmed ones. Runs without root."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from lab import model
+from lab.repo import ARCHIVE_MODELS, NVIDIA_MODELS
+
+README = Path(model.__file__).resolve().parent / "README.md"
+
+
+@pytest.mark.parametrize("name", model.model_names())
+def test_every_package_unit_and_set_has_source_and_confidence(name):
+    m = model.load(name)
+    assert m.packages
+    for pkg in m.packages:
+        assert pkg.source and all(s.strip() for s in pkg.source), pkg.name
+        assert pkg.confidence in model.CONFIDENCE, pkg.name
+        assert not any("/work/" in s for s in pkg.source), pkg.name  # public sources only
+    for unit in m.units.values():
+        assert unit["source"] and unit["confidence"] in model.CONFIDENCE
+    for s in m.sets:
+        assert s["source"] and s["confidence"] in model.CONFIDENCE
+
+
+def test_served_models_exist():
+    assert set(NVIDIA_MODELS) | set(ARCHIVE_MODELS) <= set(model.model_names())
+
+
+def test_ubuntu2204_shapes():
+    m = model.load("ubuntu2204-x86_64")
+    drv = m.package("nvidia-driver-535", "535.129.03-0ubuntu1")
+    exact = [d for d in drv.relations["depends"] if "(= 535.129.03-0ubuntu1)" in d]
+    assert len(exact) >= 11
+    utils = m.package("nvidia-compute-utils-535", "535.129.03-0ubuntu1")
+    assert "nvidia-persistenced" in utils.relations["provides"]
+    assert "nvidia-persistenced" in utils.relations["conflicts"]
+    unit = m.units["ubuntu-nvidia-persistenced"]["text"]
+    assert "--no-persistence-mode" in unit and "[Install]" not in unit
+    assert m.package("nvidia-persistenced").version.startswith("580.")
+    meta = m.package("cuda-drivers-535", "535.129.03-1")
+    assert "nvidia-driver-535 (>= 535.129.03)" in meta.relations["depends"]
+
+
+def test_debian_models_use_debian_names_and_debian12_has_no_cuda_12_1():
+    d11 = model.load("debian11-x86_64").names()
+    assert {
+        "nvidia-driver",
+        "nvidia-driver-cuda",
+        "nvidia-kernel-dkms",
+        "nvidia-kernel-open-dkms",
+        "cuda-drivers",
+        "cuda-toolkit-12-1",
+    } <= d11
+    assert not {n for n in d11 if re.fullmatch(r"nvidia-driver-\d+", n)}
+    d12 = model.load("debian12-x86_64").names()
+    assert "cuda-toolkit-12-1" not in d12 and "cuda-toolkit-12-4" in d12
+
+
+def test_readme_lists_every_unconfirmed_fact():
+    """Every U fact of every model has a row in lab/README.md naming it (`subject`) and its model."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    missing = []
+    for name in model.model_names():
+        for fact in model.facts(model.load(name)):
+            rows = [line for line in lines if f"`{fact.subject}`" in line]
+            if not any(name in row for row in rows):
+                missing.append(f"{name}: {fact.subject} ({fact.what})")
+    assert not missing, "lab/README.md does not list: " + "; ".join(sorted(set(missing)))
