@@ -141,7 +141,7 @@ class Fleet:
             fleet._write_inventory()
             fleet.extra_vars_path.write_text(
                 "# the lab cannot load kernel modules: roles skip modprobe/initramfs\n"
-                "nvidia_driver_manage_kernel_modules: false\n",
+                "gpu_stack_kernel_modules: false\n",
                 encoding="utf-8",
             )
             if repo_url and wheels_url:
@@ -227,7 +227,7 @@ class Fleet:
                     "ansible_ssh_common_args": (
                         f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes"
                     ),
-                    "nvidia_driver_manage_kernel_modules": False,
+                    "gpu_stack_kernel_modules": False,
                     "lab_personality": self.personality,
                     "lab_torch_venv": personality_mod.get(self.personality).torch,
                 },

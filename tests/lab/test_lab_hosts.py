@@ -76,7 +76,7 @@ def test_host_boots_with_ssh_sudo_and_host_key_checking(fleet_factory, tmp_path)
     common = inv["all"]["vars"]
     assert f"UserKnownHostsFile={fleet.known_hosts}" in common["ansible_ssh_common_args"]
     assert "StrictHostKeyChecking=yes" in common["ansible_ssh_common_args"]
-    assert common["nvidia_driver_manage_kernel_modules"] is False
+    assert common["gpu_stack_kernel_modules"] is False
     stack = yaml.safe_load(fleet.stack_path.read_text())
     assert stack["mirrors"]["nvidia_repo"].endswith("/compute/cuda/repos")
     assert stack["pytorch"] == {
