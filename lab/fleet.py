@@ -140,8 +140,9 @@ class Fleet:
             fleet.known_hosts.write_text("\n".join(known) + "\n", encoding="utf-8")
             fleet._write_inventory()
             fleet.extra_vars_path.write_text(
-                "# the lab cannot load kernel modules: roles skip modprobe/initramfs\n"
-                "gpu_stack_kernel_modules: false\n",
+                "# the lab cannot load kernel modules: roles skip modprobe/initramfs; the headers\n"
+                "# are installed all the same (the lab's DKMS builds only where they are)\n"
+                "gpu_stack_kernel_modules: false\ngpu_stack_kernel_headers: true\n",
                 encoding="utf-8",
             )
             if repo_url and wheels_url:
@@ -228,6 +229,7 @@ class Fleet:
                         f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes"
                     ),
                     "gpu_stack_kernel_modules": False,
+                    "gpu_stack_kernel_headers": True,
                     "lab_personality": self.personality,
                     "lab_torch_venv": personality_mod.get(self.personality).torch,
                 },

@@ -13,15 +13,20 @@ from typing import Any
 CHECK_STATUSES = ("pass", "drift", "fail", "skip")
 # `interrupted`: the host's Ansible run did not finish (Ctrl-C or SIGTERM during the play)
 HOST_STATUSES = ("ok", "changed", "drift", "failed", "unreachable", "interrupted")
+# What training really uses is torch's own (bundled) NCCL and cuDNN, not the system NCCL and cuDNN
+# packages (the default torch bundles a newer cuDNN major than the system package): both are
+# reported, named so that neither is read as the other.
 FACT_KEYS = (
     "gpu_count",
     "gpu_model",
     "driver_version",
     "cuda_version",
-    "cudnn_version",
-    "nccl_version",
+    "system_cudnn_version",
+    "system_nccl_version",
     "torch_version",
     "torch_cuda",
+    "torch_bundled_cudnn_version",
+    "torch_bundled_nccl_version",
 )
 SUMMARY_KEYS = ("hosts", *HOST_STATUSES)
 

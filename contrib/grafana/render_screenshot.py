@@ -119,8 +119,10 @@ def host_report(host: str, night: int) -> dict[str, Any]:
         "gpu_model": "NVIDIA A100-SXM4-80GB" if a100 else "NVIDIA H100 80GB HBM3",
         "driver_version": "535.154.05" if (host, night) in {("gpu05", 3), ("gpu05", 4)}
         else "535.129.03",
-        "cuda_version": "12.1", "cudnn_version": "8.9.2.26", "nccl_version": "2.18.3",
-        "torch_version": "2.5.1+cu121", "torch_cuda": "12.1",
+        "cuda_version": "12.1", "system_cudnn_version": "8.9.2.26",
+        "system_nccl_version": "2.18.3", "torch_version": "2.5.1+cu121", "torch_cuda": "12.1",
+        # torch 2.5.1+cu121 bundles nvidia-cudnn-cu12 9.1.0.70 and nvidia-nccl-cu12 2.21.5
+        "torch_bundled_cudnn_version": "9.1.0", "torch_bundled_nccl_version": "2.21.5",
     }
     return reports.host_entry(status=status, checks=checks, facts=facts, validation=None)
 

@@ -17,7 +17,8 @@ description:
     time, and a heartbeat that every probe of the run refreshes; it survives the driver's reboot.
   - Another run is refused while the lock is alive, naming the holder; a lock without a sign of life
     for more than I(stale_s) belongs to a dead run and is taken over.
-  - In check mode nothing is written (read-only runs do not lock).
+  - In check mode nothing is written (read-only runs do not lock). The lock is the run's own
+    bookkeeping, not the host's configuration: the task never reports C(changed).
 options:
   state:
     description: C(present) takes or refreshes the lock, C(absent) releases it (only this run's).
@@ -93,7 +94,8 @@ def main():
         module.exit_json(changed=False, action="none", holder=lk.read_lock())
     if p["state"] == "absent":
         released = lk.release(p["run_id"])
-        module.exit_json(changed=released, action="release" if released else "none", holder=None)
+        # the lock is this run's own bookkeeping, not the host's configuration: never "changed"
+        module.exit_json(changed=False, action="release" if released else "none", holder=None)
     me = {
         "run_id": p["run_id"],
         "controller": p["controller"],
@@ -124,7 +126,7 @@ def main():
             ansible_facts={"provision_checks": [check]},
         )
     module.exit_json(
-        changed=result["action"] != "refresh",
+        changed=False,
         action=result["action"],
         reason=result["reason"],
         holder=result["holder"],

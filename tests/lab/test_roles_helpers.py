@@ -25,6 +25,7 @@ def stack_vars(stack_path: Path, **overrides: Any) -> dict[str, Any]:
     out.update(
         {
             "gpu_stack_kernel_modules": False,  # the lab cannot load kernel modules
+            "gpu_stack_kernel_headers": True,  # ... but its DKMS builds only where headers are
             "gpu_stack_preflight_min_free_gib": 1,
             "gpu_stack_validation_enabled": False,
         }
