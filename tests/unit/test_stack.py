@@ -310,3 +310,15 @@ def test_duplicate_keys_in_a_stack_file_are_refused(tmp_path: Path) -> None:
     f.write_text('driver:\n  branch: "535"\ncuda:\n  version: "12.1"\ndriver:\n  branch: "550"\n')
     with pytest.raises(StackError, match="duplicate key 'driver'"):
         stack.load(f)
+
+
+def test_matrix_says_what_the_default_torch_really_uses() -> None:
+    """Issue 11 item 12: the default torch bundles its own cuDNN and NCCL (what training uses); the
+    matrix's cuDNN row must not pass the system package off as torch's."""
+    s = stack.load(None)
+    matrix = stack.load_matrix()
+    rel = matrix["pytorch"][s.data["pytorch"]["build"]]["releases"][s.data["pytorch"]["version"]]
+    assert rel["bundled"] == {"cudnn": "9.1.0.70", "nccl": "2.21.5"}
+    row = next(r for r in matrix["cuda"][s.cuda_version]["cudnn"] if r["major"] == s.cudnn_major)
+    assert "PyTorch does not use it" in row["source"]
+    assert str(rel["bundled"]["cudnn"]).split(".")[0] != str(s.cudnn_major)
