@@ -19,16 +19,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import payload
 from lab.util import LabError, clean_env, file_lock, remove_tree, run, unmount_all
 from lab.wheelhouse import TORCH_REQUIREMENT, ensure_wheelhouse
 
 RECIPE_VERSION = 4
 SUITE = "bookworm"  # the default base
 SUITES = ("bookworm", "bullseye")
-# lab infrastructure in every base: simulated `modprobe nvidia` + udev (payload/nvidia_loader.py)
-LOADER = "/usr/lib/fake-nvidia/loader"
-GENERATOR = "/usr/lib/systemd/system-generators/provision-lab-nvidia"
 ADMIN_USER = "gpuadmin"
 TORCH_VENV = "/opt/pytorch"
 PACKAGES = (
@@ -132,7 +128,6 @@ def recipe(suite: str = SUITE, torch: bool = True) -> dict[str, object]:
         "torch_venv": TORCH_VENV if torch else None,
         "masked": list(MASKED_UNITS),
         "sshd": SSHD_CONFIG,
-        "loader": hashlib.sha256(payload.read("nvidia_loader.py").encode()).hexdigest(),
     }
 
 
@@ -271,12 +266,6 @@ def _configure(root: Path, tmp: Path) -> None:
         link.symlink_to("/dev/null")
     (root / "etc/fake-nvidia").mkdir(parents=True, exist_ok=True)
     (root / "usr/sbin/policy-rc.d").unlink(missing_ok=True)
-    # the simulated module loading + udev binding (not part of any package)
-    _write(root / LOADER.lstrip("/"), payload.read("nvidia_loader.py"), 0o755)
-    gen = root / GENERATOR.lstrip("/")
-    gen.parent.mkdir(parents=True, exist_ok=True)
-    gen.unlink(missing_ok=True)
-    gen.symlink_to(LOADER)
 
 
 def _bake_torch(root: Path, house: Path) -> None:

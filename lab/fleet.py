@@ -200,6 +200,11 @@ class Fleet:
         return f"{self.repo_url}/{self.distro_arch}/cuda-keyring_1.1-1_all.deb"
 
     @property
+    def repo_file_url(self) -> str:
+        """EL: the .repo file of this fleet's NVIDIA repository (cuda-rhel9.repo)."""
+        return f"{self.repo_url}/{self.distro_arch}/cuda-{self.distro_arch.split('/')[0]}.repo"
+
+    @property
     def known_hosts(self) -> Path:
         return self.dir / "known_hosts"
 
@@ -365,6 +370,20 @@ def host_apt_files(
     if not archive_url or archive_key is None:
         return {}
     p = personality_mod.get(personality)
+    if p.package_manager == "dnf":  # archive_key: the ASCII-armored key
+        sections = []
+        for repo_id in ("BaseOS", "AppStream", "CRB", "extras"):
+            enabled = 1 if repo_id in p.components or repo_id.lower() in p.components else 0
+            sections.append(
+                f"[{repo_id.lower()}]\nname=Rocky Linux $releasever - {repo_id}\n"
+                f"baseurl={archive_url}/$releasever/{repo_id}/$basearch/os/\n"
+                f"gpgcheck=1\nenabled={enabled}\n"
+                "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-Rocky-9\n"
+            )
+        return {
+            "/etc/yum.repos.d/rocky.repo": "\n".join(sections).encode(),
+            "/etc/pki/rpm-gpg/RPM-GPG-KEY-Rocky-9": archive_key,
+        }
     line = f"deb {archive_url} {p.archive_suite} {' '.join(p.components)}\n"
     return {"/etc/apt/sources.list": line.encode(), ARCHIVE_KEY_FILE: archive_key}
 

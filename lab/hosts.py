@@ -18,6 +18,9 @@ from lab.util import LabError, clean_env, remove_tree, run, unmount_all
 
 # where the simulated Secure Boot state answers (sudo's secure_path and root's PATH search it first)
 MOKUTIL = "/usr/local/sbin/mokutil"
+# the simulated `modprobe nvidia` + udev (payload/nvidia_loader.py), written into every host
+LOADER = "/usr/lib/fake-nvidia/loader"
+GENERATOR = "/usr/lib/systemd/system-generators/provision-lab-nvidia"
 
 SUPERVISOR = r"""
 set -u
@@ -170,6 +173,15 @@ class HostRuntime:
         lspci = m / "usr/local/bin/lspci"
         lspci.write_text(payload.read("lspci.py"), encoding="utf-8")
         lspci.chmod(0o755)
+        # the simulated module loading + udev binding (lab infrastructure, not in any package)
+        loader = m / LOADER.lstrip("/")
+        loader.parent.mkdir(parents=True, exist_ok=True)
+        loader.write_text(payload.read("nvidia_loader.py"), encoding="utf-8")
+        loader.chmod(0o755)
+        gen = m / GENERATOR.lstrip("/")
+        gen.parent.mkdir(parents=True, exist_ok=True)
+        if not gen.is_symlink():
+            gen.symlink_to(LOADER)
         (m / "lib/modules" / os.uname().release).mkdir(parents=True, exist_ok=True)
         for rel, data in (files or {}).items():
             dest = m / rel.lstrip("/")

@@ -225,7 +225,11 @@ class Lab:
             path=path,
             detached=detached,
             archive_url=self.repo.archive_url(p.archive),
-            archive_key=self.repo.archive_keyring.read_bytes(),
+            archive_key=(
+                self.repo.archive_key_armored.read_bytes()
+                if p.package_manager == "dnf"
+                else self.repo.archive_keyring.read_bytes()
+            ),
         )
 
     def fleets(self) -> list[Fleet]:

@@ -22,6 +22,7 @@ MODEL_DIR = Path(__file__).resolve().parent / "repos"
 TEMPLATE_DIR = MODEL_DIR / "templates"
 CONFIDENCE = ("C", "P", "U")
 RELATION_FIELDS = (
+    "requires",
     "pre_depends",
     "depends",
     "recommends",
@@ -116,7 +117,13 @@ def global_variables() -> dict[str, str]:
     """Placeholders every model may use: the kernel the lab runs on (hosts share it)."""
     kernel = os.uname().release
     numeric = re.match(r"[0-9]+(\.[0-9]+)*", kernel)
-    return {"KERNEL": kernel, "KVER": f"{numeric.group(0) if numeric else '0'}-1"}
+    head, _, tail = kernel.partition("-")
+    return {
+        "KERNEL": kernel,
+        "KVER": f"{numeric.group(0) if numeric else '0'}-1",
+        # rpm versions hold one '-' at most: 6.18.44-fc-v1147 -> 6.18.44-fc_v1147
+        "KERNEL_EVR": f"{head}-{tail.replace('-', '_')}" if tail else head,
+    }
 
 
 def _fill(value: Any, variables: dict[str, str], where: str, strict: bool = True) -> Any:  # noqa: ANN401
@@ -198,7 +205,7 @@ def _package(
         files=dict(filled.get("files") or {}),
         links={str(k): str(v) for k, v in (filled.get("links") or {}).items()},
         scripts={str(k): str(v) for k, v in (filled.get("scripts") or {}).items()},
-        conffiles=_as_list(filled.get("conffiles")),
+        conffiles=_as_list(filled.get("conffiles")) + _as_list(filled.get("config")),
         payload=dict(filled.get("payload") or {}),
         variables=dict(variables),
         source=[_fill(s, variables, where, strict=False) for s in source],

@@ -16,13 +16,30 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab import base as base_mod
-from lab.util import LabError, file_lock, remove_tree
+from lab.util import LabError, LabUnavailable, clean_env, file_lock, remove_tree, run, unmount_all
 
 DEFAULT = "ubuntu2204"
+# What the el9 layer's rpm database says the (Debian) userland provides, so that rpm scriptlets'
+# and packages' basic requirements resolve (presented, not real: see lab/README.md)
+RPMDB_PROVIDES = (
+    "/bin/sh",
+    "/bin/bash",
+    "/usr/bin/sh",
+    "bash",
+    "coreutils",
+    "glibc",
+    "systemd",
+    "shadow-utils",
+    "python3",
+    "/usr/bin/python3",
+    "dnf",
+    "rpm",
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +53,10 @@ class Personality:
     components: tuple[str, ...]  # what a fresh host's sources.list enables
     presented: dict[str, str] | None = None  # files of the presentation layer
     links: dict[str, str] | None = None
+    apt_install: tuple[str, ...] = ()  # Debian packages the layer adds (installed with apt)
+    hide: tuple[str, ...] = ()  # files of the rootfs the layer hides (overlay whiteouts)
+    rpmdb: bool = False  # the layer has an rpm database with the release package installed
+    package_manager: str = "apt"
 
     @property
     def os_id(self) -> str:
@@ -138,6 +159,48 @@ PERSONALITIES: dict[str, Personality] = {
 }
 
 
+# Rocky Linux 9.3 as its files say it: python-distro/distro:tests/resources/distros/rocky9/usr/lib/
+# os-release and .../rocky9/usr/lib/rocky-release
+ROCKY_OS_RELEASE = """\
+NAME="Rocky Linux"
+VERSION="9.3 (Blue Onyx)"
+ID="rocky"
+ID_LIKE="rhel centos fedora"
+VERSION_ID="9.3"
+PLATFORM_ID="platform:el9"
+PRETTY_NAME="Rocky Linux 9.3 (Blue Onyx)"
+ANSI_COLOR="0;32"
+LOGO="fedora-logo-icon"
+CPE_NAME="cpe:/o:rocky:rocky:9::baseos"
+HOME_URL="https://rockylinux.org/"
+BUG_REPORT_URL="https://bugs.rockylinux.org/"
+SUPPORT_END="2032-05-31"
+ROCKY_SUPPORT_PRODUCT="Rocky-Linux-9"
+ROCKY_SUPPORT_PRODUCT_VERSION="9.3"
+REDHAT_SUPPORT_PRODUCT="Rocky Linux"
+REDHAT_SUPPORT_PRODUCT_VERSION="9.3"
+"""
+PERSONALITIES["el9"] = Personality(
+    name="el9",
+    suite="bookworm",
+    torch=True,
+    nvidia_repo="rhel9/x86_64",
+    archive="rocky",
+    archive_suite="9",
+    components=("baseos", "appstream", "extras"),
+    presented={
+        "usr/lib/os-release": ROCKY_OS_RELEASE,
+        "etc/dnf/vars/releasever": "9\n",
+        "etc/yum.repos.d/.keep": "",
+    },
+    links={"etc/os-release": "../usr/lib/os-release"},
+    apt_install=("dnf", "python3-dnf", "dnf-plugins-core", "rpm", "python3-rpm"),
+    hide=("etc/debian_version", "etc/apt/sources.list", "etc/dnf/plugins/local.conf"),
+    rpmdb=True,
+    package_manager="dnf",
+)
+
+
 def names() -> list[str]:
     return list(PERSONALITIES)
 
@@ -151,13 +214,23 @@ def get(name: str | None = None) -> Personality:
         raise LabError(f"unknown personality {key!r}; known: {', '.join(PERSONALITIES)}") from None
 
 
-def _layer_hash(p: Personality) -> str:
-    data = json.dumps({"files": p.presented, "links": p.links}, sort_keys=True).encode()
+def _layer_hash(p: Personality, base_path: Path) -> str:
+    data = json.dumps(
+        {
+            "files": p.presented,
+            "links": p.links,
+            "apt": p.apt_install,
+            "hide": p.hide,
+            "rpmdb": [p.rpmdb, RPMDB_PROVIDES],
+            "base": base_path.name,
+        },
+        sort_keys=True,
+    ).encode()
     return hashlib.sha256(data).hexdigest()[:12]
 
 
-def _ensure_layer(lab: Path, p: Personality) -> Path:
-    final = lab / f"present-{p.name}-{_layer_hash(p)}"
+def _ensure_layer(lab: Path, p: Personality, base: base_mod.Base, log: bool) -> Path:
+    final = lab / f"present-{p.name}-{_layer_hash(p, base.path)}"
     if (final / "done").exists():
         return final / "layer"
     with file_lock(lab / "base.lock"):
@@ -165,28 +238,151 @@ def _ensure_layer(lab: Path, p: Personality) -> Path:
             return final / "layer"
         remove_tree(final)
         layer = final / "layer"
+        layer.mkdir(parents=True)
+        if p.apt_install or p.hide or p.rpmdb:
+            _build_in_overlay(final, layer, base, p, log)
         for rel, text in (p.presented or {}).items():
             dest = layer / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            _mkdirs(layer, dest.parent)
+            dest.unlink(missing_ok=True)
             dest.write_text(text, encoding="utf-8")
             dest.chmod(0o755 if rel.startswith("usr/bin/") else 0o644)
         for rel, target in (p.links or {}).items():
             dest = layer / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            _mkdirs(layer, dest.parent)
+            if dest.is_symlink() or dest.exists():
+                dest.unlink()
             dest.symlink_to(target)
-        for d in sorted(layer.rglob("*")):
-            if d.is_dir() and not d.is_symlink():
-                d.chmod(0o755)
         layer.chmod(0o755)
         (final / "done").write_text("", encoding="utf-8")
     return layer
 
 
+def _mkdirs(layer: Path, directory: Path) -> None:
+    """Create directory (and parents) inside the layer, root-owned 0755 as in the rootfs."""
+    missing = []
+    d = directory
+    while d != layer and not d.exists():
+        missing.append(d)
+        d = d.parent
+    for m in reversed(missing):
+        m.mkdir()
+        m.chmod(0o755)
+
+
 def ensure(lab: Path, name: str | None = None, log: bool = False) -> base_mod.Base:
     """The base (and presentation layer) of a personality, built when missing."""
     p = get(name)
+    if p.package_manager == "dnf":
+        from lab.repo import rpm_tools_missing  # noqa: PLC0415
+
+        missing = rpm_tools_missing()
+        if missing:
+            raise LabUnavailable(
+                f"the {p.name} personality needs {', '.join(missing)} "
+                "(apt-get install rpm createrepo-c)"
+            )
     found = base_mod.ensure_base(lab, log=log, suite=p.suite, torch=p.torch)
     layers: tuple[Path, ...] = ()
     if p.presented:
-        layers = (_ensure_layer(lab, p),)
+        layers = (_ensure_layer(lab, p, found, log),)
     return base_mod.Base(found.path, layers=layers, personality=p.name)
+
+
+def _build_in_overlay(
+    final: Path, layer: Path, base: base_mod.Base, p: Personality, log: bool
+) -> None:
+    """Run apt (and rpm) on an overlay of the base whose upper dir becomes the layer, so that the
+    layer holds only what changed (whiteouts included)."""
+    work, merged = final / "work", final / "merged"
+    work.mkdir()
+    merged.mkdir()
+    run(
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir={base.rootfs},upperdir={layer},workdir={work}",
+            merged,
+        ]
+    )
+    env = clean_env(HOME="/root", DEBIAN_FRONTEND="noninteractive")
+    try:
+        run(["mount", "-t", "proc", "proc", merged / "proc"])
+        if p.apt_install:
+            if log:
+                print(f"[lab] {p.name}: apt-get install {' '.join(p.apt_install)}", flush=True)
+            sources = merged / "etc/apt/sources.list"
+            sources.write_text(
+                f"deb {base_mod.debian_mirror(p.suite)} {p.suite} main\n", encoding="utf-8"
+            )
+            run(["chroot", merged, "apt-get", "-q", "update"], env=env, timeout=900)
+            run(
+                [
+                    "chroot",
+                    merged,
+                    "apt-get",
+                    "install",
+                    "-y",
+                    "-q",
+                    "--no-install-recommends",
+                    *p.apt_install,
+                ],
+                env=env,
+                timeout=1800,
+            )
+            run(["chroot", merged, "apt-get", "clean"], env=env)
+            sources.write_text("", encoding="utf-8")
+            for lst in (merged / "var/lib/apt/lists").glob("*"):
+                if lst.is_file():
+                    lst.unlink()
+        if p.rpmdb:
+            _rpmdb(merged, final)
+        for rel in p.hide:
+            target = merged / rel
+            if target.exists() or target.is_symlink():
+                target.unlink()
+    finally:
+        unmount_all(merged)
+    shutil.rmtree(work, ignore_errors=True)
+    merged.rmdir()
+
+
+def _rpmdb(merged: Path, final: Path) -> None:
+    """An rpm database that knows the release package (dnf reads $releasever from it)."""
+    from lab.rpms import Rpm  # noqa: PLC0415 - only EL layers need rpmbuild
+
+    rel = Rpm(
+        "rocky-release",
+        "9.3",
+        "1.el9",
+        "Rocky Linux release files (provision lab)",
+        arch="noarch",
+        provides=[
+            "system-release(releasever) = 9",
+            "system-release = 9.3-1.el9",
+            "redhat-release = 9.3-1.el9",
+            "rocky-release(upstream) = 9.3",
+        ],
+    )
+    rel.add_text("/etc/rocky-release", "Rocky Linux release 9.3 (Blue Onyx)\n")
+    rel.symlinks["/etc/redhat-release"] = "rocky-release"
+    rel.symlinks["/etc/system-release"] = "rocky-release"
+    base = Rpm(
+        "provision-lab-userland",
+        "1",
+        "1.el9",
+        "What the Debian userland under this presented EL9 provides (provision lab)",
+        arch="noarch",
+        provides=list(RPMDB_PROVIDES),
+    )
+    run(["chroot", merged, "rpm", "--initdb"], env=clean_env())
+    for pkg in (rel, base):
+        built = pkg.build(final, final)
+        shutil.copy2(built, merged / "tmp" / built.name)
+        inside = f"/tmp/{built.name}"  # noqa: S108 - the chroot's /tmp, cleaned right after
+        run(["chroot", merged, "rpm", "-i", "--nodeps", inside], env=clean_env())
+        (merged / "tmp" / built.name).unlink()
+        built.unlink()

@@ -18,6 +18,7 @@ files are the models' facts.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import shutil
 import tempfile
@@ -25,14 +26,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from lab import model as model_mod
 from lab import payload
 from lab.debs import Deb, shared_object
+from lab.rpms import Rpm
 from lab.util import LabError, clean_env, run
 
 REPO_SUBDIR = "compute/cuda/repos"
-NVIDIA_MODELS = ("ubuntu2204-x86_64", "debian11-x86_64", "debian12-x86_64")
-ARCHIVE_MODELS = ("ubuntu-jammy", "debian-bullseye", "debian-bookworm")
+NVIDIA_MODELS = ("ubuntu2204-x86_64", "debian11-x86_64", "debian12-x86_64", "rhel9-x86_64")
+ARCHIVE_MODELS = ("ubuntu-jammy", "debian-bullseye", "debian-bookworm", "rocky-9")
+EPEL_RELEASE = "epel-release-latest-9.noarch.rpm"
+RPM_TOOLS = ("rpmbuild", "rpmsign", "createrepo_c", "modifyrepo_c")
+
+
+def rpm_tools_missing() -> list[str]:
+    """The tools the rpm repositories (el9) need that this machine lacks (apt: rpm createrepo-c)."""
+    return [t for t in RPM_TOOLS if shutil.which(t) is None]
+
+
 DEFAULT_DISTRO_ARCH = "ubuntu2204/x86_64"
 KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 ARCHIVE_KEYRING = "archive-keyring.gpg"
@@ -80,6 +93,20 @@ class Repo:
     def archive_keyring(self) -> Path:
         """The (binary) public key that signs the archive slices."""
         return self.root / ARCHIVE_KEYRING
+
+    @property
+    def archive_key_armored(self) -> Path:
+        """The same key, ASCII-armored (what rpm imports)."""
+        return self.root / "archive-keyring.asc"
+
+    @property
+    def epel_release_url(self) -> str:
+        """The lab's epel-release rpm (its .repo points at the lab's EPEL slice)."""
+        return f"{self.base_url}/epel/{EPEL_RELEASE}"
+
+    @property
+    def epel_key_url(self) -> str:
+        return f"{self.base_url}/epel/RPM-GPG-KEY-EPEL-9"
 
     def with_distro(self, distro_arch: str) -> Repo:
         return Repo(root=self.root, base_url=self.base_url, distro_arch=distro_arch)
@@ -402,6 +429,9 @@ def build_repo(
 ) -> Repo:
     """Build and sign every repository under root; base_url is where root is served."""
     base_url = base_url.rstrip("/")
+    if rpm_tools_missing():  # no rpmbuild/createrepo_c: the apt repositories only (no el9)
+        nvidia_models = tuple(m for m in nvidia_models if model_mod.load(m).kind != "nvidia-rpm")
+        archive_models = tuple(m for m in archive_models if model_mod.load(m).kind != "rpm-archive")
     with tempfile.TemporaryDirectory(prefix="provision-lab-repo-") as tmpname:
         tmp = Path(tmpname)
         nvidia = Signer(
@@ -409,7 +439,11 @@ def build_repo(
         )
         try:
             for name in nvidia_models:
-                build_nvidia_repo(root, base_url, model_mod.load(name), nvidia, cache, tmp, label)
+                m = model_mod.load(name)
+                if m.kind == "nvidia-rpm":
+                    build_rpm_repo(root, base_url, m, nvidia, cache, tmp)
+                else:
+                    build_nvidia_repo(root, base_url, m, nvidia, cache, tmp, label)
         finally:
             nvidia.close()
         if archive_models:
@@ -418,8 +452,245 @@ def build_repo(
             )
             try:
                 for name in archive_models:
-                    build_archive(root, model_mod.load(name), archive, cache, tmp)
+                    m = model_mod.load(name)
+                    if m.kind == "rpm-archive":
+                        build_rpm_archive(root, base_url, m, archive, cache, tmp)
+                    else:
+                        build_archive(root, m, archive, cache, tmp)
                 shutil.copy2(archive.keyring, root / ARCHIVE_KEYRING)
+                (root / "archive-keyring.asc").write_text(archive.armored, encoding="utf-8")
             finally:
                 archive.close()
     return Repo(root=root, base_url=base_url)
+
+
+# ------------------------------------------------------------------------------------ rpm
+def _split_evr(version: str) -> tuple[str, str, str]:
+    epoch, _, rest = version.rpartition(":")
+    upstream, _, release = rest.rpartition("-")
+    return epoch, upstream, release
+
+
+def _rpm_rel(values: list[str]) -> list[str]:
+    return list(values)
+
+
+def to_rpm(pkg: model_mod.Package, repo_model: model_mod.RepoModel, cache: Path) -> Rpm:
+    """Turn a model package into a buildable Rpm (facts from the model, payload from the lab)."""
+    epoch, upstream, release = _split_evr(pkg.version)
+    arch = {"amd64": "x86_64", "all": "noarch"}.get(pkg.arch, pkg.arch)
+    rel = pkg.relations
+    rpm = Rpm(
+        pkg.name,
+        upstream,
+        release,
+        f"{pkg.name} (provision lab model of {repo_model.repo})",
+        epoch=epoch,
+        arch=arch,
+        requires=_rpm_rel(rel.get("requires", [])),
+        provides=_rpm_rel(rel.get("provides", [])),
+        conflicts=_rpm_rel(rel.get("conflicts", [])),
+        obsoletes=_rpm_rel(rel.get("obsoletes", [])),
+        config=list(pkg.conffiles),
+        description=(
+            f"Model: lab/repos/{repo_model.name}.yml (confidence {pkg.confidence}); "
+            "the payload is a simulation."
+        ),
+    )
+    deb = to_deb(pkg, repo_model, cache)  # the same payload machinery, then re-labelled
+    rpm.files = dict(deb.files)
+    rpm.symlinks = dict(deb.symlinks)
+    scripts = {k: v for k, v in pkg.scripts.items()}
+    if pkg.payload.get("dkms"):
+        d = pkg.payload["dkms"]
+        scripts["post"] = f"/usr/lib/dkms/common.postinst {d['module']} {d['version']} || :\n"
+        scripts["preun"] = (
+            f"dkms remove -m {d['module']} -v {d['version']} --all >/dev/null 2>&1 || :\n"
+        )
+    rpm.scripts = scripts
+    if deb.ldconfig_trigger:
+        rpm.scripts.setdefault("post", "")
+        rpm.scripts["post"] = rpm.scripts["post"] + "/sbin/ldconfig || :\n"
+    return rpm
+
+
+def _sign_rpms(signer: Signer, paths: list[Path]) -> None:
+    if not paths:
+        return
+    uid = run(
+        ["gpg", "--homedir", signer.home, "--list-keys", "--with-colons"], env=signer._env()
+    ).stdout
+    fpr = next(line.split(":")[9] for line in uid.splitlines() if line.startswith("fpr:"))
+    run(
+        [
+            "rpmsign",
+            "--addsign",
+            "--define",
+            f"_gpg_name {fpr}",
+            "--define",
+            f"_gpg_path {signer.home}",
+            "--define",
+            "__gpg /usr/bin/gpg",
+            "--define",
+            "_gpg_sign_cmd_extra_args --batch --pinentry-mode loopback --passphrase ''",
+            *[str(p) for p in paths],
+        ],
+        env=signer._env(),
+        timeout=600,
+    )
+
+
+def _modules_yaml(repo_model: model_mod.RepoModel, built: list[Rpm]) -> str:
+    spec = repo_model.data["modules"]
+    name = str(spec["name"])
+    docs: list[dict[str, Any]] = []
+    by_branch: dict[str, list[Rpm]] = {}
+    for pkg, rpm in zip(repo_model.packages, built, strict=True):
+        if pkg.set_id == "driver":
+            by_branch.setdefault(pkg.variables.get("B", ""), []).append(rpm)
+    for i, stream in enumerate(spec["streams"]):
+        branch = str(stream["branch"])
+        rpms = by_branch.get(branch, [])
+        kmod = str(stream["kmod"])
+        other_kmods = {"kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms"} - {kmod}
+        members = [r for r in rpms if r.name not in other_kmods]
+        fm = [str(x).replace("{B}", branch) for x in spec.get("fm_pkgs", [])]
+        base_pkgs = [str(x) for x in spec["branch_pkgs"]] + [kmod]
+        artifacts = sorted(
+            {f"{r.name}-{r.epoch or '0'}:{r.version}-{r.release}.{r.arch}" for r in members}
+        )
+        docs.append(
+            {
+                "document": "modulemd",
+                "version": 2,
+                "data": {
+                    "name": name,
+                    "stream": str(stream["stream"]),
+                    "version": 20240101000000 + i,
+                    "context": "3a3a3a3a",
+                    "arch": "x86_64",
+                    "summary": f"Nvidia driver for {stream['stream']} branch",
+                    "description": "provision lab model of NVIDIA's nvidia-driver module",
+                    "license": {"module": ["MIT"]},
+                    "profiles": {
+                        "default": {"rpms": base_pkgs},
+                        "fm": {"rpms": base_pkgs + fm},
+                        "ks": {"rpms": [p for p in base_pkgs if p != "cuda-drivers"]},
+                    },
+                    "artifacts": {"rpms": artifacts},
+                },
+            }
+        )
+    docs.append(
+        {
+            "document": "modulemd-defaults",
+            "version": 1,
+            "data": {
+                "module": name,
+                "stream": str(spec["default_stream"]),
+                "profiles": {str(s["stream"]): ["default"] for s in spec["streams"]},
+            },
+        }
+    )
+    return "".join("---\n" + yaml.safe_dump(d, sort_keys=False) + "...\n" for d in docs)
+
+
+def _createrepo(directory: Path, modules: str | None, tmp: Path) -> None:
+    run(["createrepo_c", "--quiet", "--no-database", str(directory)], timeout=600)
+    if modules is not None:
+        path = tmp / "modules.yaml"
+        path.write_text(modules, encoding="utf-8")
+        run(["modifyrepo_c", "--mdtype=modules", str(path), str(directory / "repodata")])
+
+
+def build_rpm_repo(  # noqa: PLR0917
+    root: Path,
+    base_url: str,
+    repo_model: model_mod.RepoModel,
+    signer: Signer,
+    cache: Path,
+    tmp: Path,
+) -> Path:
+    out = root / REPO_SUBDIR / repo_model.repo
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    work = tmp / "build"
+    work.mkdir(exist_ok=True)
+    built = [to_rpm(p, repo_model, cache) for p in repo_model.packages]
+    signed_cache = cache.parent / f"rpms-{hashlib.sha256(signer.armored.encode()).hexdigest()[:8]}"
+    paths = []
+    for rpm in built:
+        paths.append(rpm.build_cached(out, work, cache.parent / "rpms"))
+    # a fresh key per build: sign the copies in the tree (links would sign the cache)
+    for p in paths:
+        data = p.read_bytes()
+        p.unlink()
+        p.write_bytes(data)
+    _sign_rpms(signer, paths)
+    del signed_cache
+    _createrepo(out, _modules_yaml(repo_model, built), tmp)
+    spec = repo_model.data["repo_file"]
+    (out / str(spec["gpgkey"])).write_text(signer.armored, encoding="utf-8")
+    url = f"{base_url}/{REPO_SUBDIR}/{repo_model.repo}"
+    (out / f"cuda-{repo_model.repo.split('/')[0]}.repo").write_text(
+        f"[{spec['id']}]\nname={spec['id']}\nbaseurl={url}\nenabled=1\ngpgcheck=1\n"
+        f"gpgkey={url}/{spec['gpgkey']}\n",
+        encoding="utf-8",
+    )
+    return out
+
+
+def build_rpm_archive(  # noqa: PLR0917
+    root: Path,
+    base_url: str,
+    repo_model: model_mod.RepoModel,
+    signer: Signer,
+    cache: Path,
+    tmp: Path,
+) -> Path:
+    """Rocky's repositories at <root>/rocky/9/<Component>/x86_64/os/ and EPEL at
+    <root>/epel/9/Everything/x86_64/, plus the lab's epel-release rpm pointing at the latter."""
+    work = tmp / "build"
+    work.mkdir(exist_ok=True)
+    comps = [str(c) for c in repo_model.data["components"]]
+    dirs = {
+        c: (
+            root / "epel/9/Everything/x86_64"
+            if c == "epel"
+            else root / repo_model.repo / str(repo_model.data["suite"]) / c / "x86_64/os"
+        )
+        for c in comps
+    }
+    for d in dirs.values():
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    paths: list[Path] = []
+    for pkg in repo_model.packages:
+        rpm = to_rpm(pkg, repo_model, cache)
+        paths.append(rpm.build_cached(dirs[pkg.component], work, cache.parent / "rpms"))
+    release = Rpm(
+        "epel-release",
+        "9",
+        "7.el9",
+        "Extra Packages for Enterprise Linux repository configuration (provision lab)",
+        arch="noarch",
+    )
+    release.add_text(
+        "/etc/yum.repos.d/epel.repo",
+        f"[epel]\nname=Extra Packages for Enterprise Linux $releasever - $basearch\n"
+        f"baseurl={base_url}/epel/$releasever/Everything/$basearch/\nenabled=1\ngpgcheck=1\n"
+        "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-EPEL-9\n",
+    )
+    release.add_text("/etc/pki/rpm-gpg/RPM-GPG-KEY-EPEL-9", signer.armored)
+    (root / "epel").mkdir(exist_ok=True)
+    paths.append(release.build_cached(root / "epel", work, cache.parent / "rpms"))
+    for p in paths:
+        data = p.read_bytes()
+        p.unlink()
+        p.write_bytes(data)
+    _sign_rpms(signer, paths)
+    (root / "epel" / release.filename).rename(root / "epel" / EPEL_RELEASE)
+    (root / "epel" / "RPM-GPG-KEY-EPEL-9").write_text(signer.armored, encoding="utf-8")
+    for d in dirs.values():
+        _createrepo(d, None, tmp)
+    return root / repo_model.repo

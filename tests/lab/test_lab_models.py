@@ -63,7 +63,7 @@ def test_debian_models_use_debian_names_and_debian12_has_no_cuda_12_1():
 
 
 def test_readme_lists_every_unconfirmed_fact():
-    """Every U fact of every model has a row in lab/README.md naming it (`subject`) and model."""
+    """Every U fact of every model has a README row naming it (`subject`) and its model."""
     lines = README.read_text(encoding="utf-8").splitlines()
     missing = []
     for name in model.model_names():
