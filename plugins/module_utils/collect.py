@@ -229,7 +229,12 @@ def apt_policy_section(io: HostIO, names: list[str]) -> dict[str, Any]:
     if not names:
         return {}
     rc, out, _err = io.run(["apt-cache", "policy", *sorted(set(names))])
-    return p.parse_apt_policy(out) if rc == 0 else {}
+    policy: dict[str, Any] = p.parse_apt_policy(out) if rc == 0 else {}
+    # no package index yet (a fresh image before its first `apt-get update`): "no candidate"
+    # then means "not known yet", not "not published"
+    lists = [f for f in io.listdir("/var/lib/apt/lists") if f.endswith("Packages")]
+    policy["__indexes__"] = len(lists)
+    return policy
 
 
 def sources_section(io: HostIO, plat: Platform) -> dict[str, Any]:

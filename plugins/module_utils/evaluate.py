@@ -344,15 +344,24 @@ class Judge(object):
             )
             return
         have = bool(self.section("kernel").get("headers_dir"))
-        cand = (
-            (self.section("policy").get(package) or {}).get("candidate") if self.plat.apt else None
-        )
+        policy = self.section("policy")
+        cand = (policy.get(package) or {}).get("candidate") if self.plat.apt else None
+        # no apt package index yet (a fresh image): "no candidate" means "not known yet"
+        unknown = self.plat.apt and not cand and not policy.get("__indexes__")
         ok = have or bool(cand) or package in self.installed or self.plat.family == "redhat"
+        if have:
+            actual = "installed"
+        elif cand:
+            actual = "installable (%s)" % cand
+        elif unknown:
+            actual = "not known yet: no apt package index (the run refreshes it, then installs)"
+        else:
+            actual = "not available"
         self.add(
             "preflight.kernel_headers",
-            "pass" if ok else self.bad,
+            "pass" if ok or unknown else self.bad,
             "%s installed or installable" % package,
-            "installed" if have else ("installable (%s)" % cand if cand else "not available"),
+            actual,
             "kernel headers for the running kernel %s (needed by DKMS)" % kernel,
             "install %s, or boot a kernel whose headers the mirror carries" % package,
         )
@@ -1036,9 +1045,24 @@ class Judge(object):
                 for n in self.hold_set(ds, want_fm, fm_names)
                 if n not in self.held and n not in remove
             ]
+        # installed driver packages of the branch at another version than the pinned one (an
+        # upgrade past the pin, or an older pin): `state: latest` moves them to the pin's
+        # candidate; `present` would leave them (apt keeps what satisfies the dependencies)
+        resync = []
+        if plat.apt and v and not adopted:
+            resync = sorted(
+                n
+                for n in ds["family"]
+                if n not in remove
+                and n not in fm_remove
+                and self._versioned(n)
+                and upstream_version(inst[n]["version"]) != v
+                and (not re.match(plat.fabricmanager_re(), n) or (want_fm and n in fm_names))
+            )
         return {
             "dpkg_repair": self.dpkg_interrupted(),
             "adopted": adopted,
+            "resync": resync,
             "change": change or replace,
             "remove": sorted(set(remove)),
             "unhold": unhold,
@@ -1169,12 +1193,16 @@ class Judge(object):
             self.fix,
         )
         sep = "-" if self.plat.family == "redhat" else "="
+        unhold = sorted(n for n in names if n in self.held and n in wrong)
         self.plan[component] = {
             "packages": names,
             "version": version,
             "install": ["%s%s%s" % (n, sep, version) for n in names],
-            "unhold": sorted(n for n in names if n in self.held and n in wrong),
-            "hold": sorted(n for n in names if n not in self.held) if hold_on else [],
+            "unhold": unhold,
+            # what is not held now, and what the run unholds for the version change
+            "hold": sorted(n for n in names if n not in self.held or n in unhold)
+            if hold_on
+            else [],
             "needs_install": bool(wrong),
         }
         main = inst.get(names[0])

@@ -505,3 +505,43 @@ def test_an_interrupted_dpkg_is_repaired_first() -> None:
     h2 = FakeHost().gpus().dpkg({"cuda-keyring": "1.1-1"})
     h2.files["/var/lib/dpkg/updates/0001"] = "journal entry"
     assert judge(h2, ["repo"])["plan"]["repo"]["dpkg_repair"]
+
+
+def test_kernel_headers_unknown_before_the_first_apt_update_do_not_stop_the_host() -> None:
+    """A fresh image has no apt package index: "no candidate" is then not "not published"."""
+    h = FakeHost().gpus()
+    fresh = judge(h, ["preflight"])["by_id"]["preflight.kernel_headers"]
+    assert fresh["status"] == "pass" and "not known yet" in fresh["actual"]
+    h.files[
+        "/var/lib/apt/lists/archive.ubuntu.com_ubuntu_dists_jammy_main_binary-amd64_Packages"
+    ] = ""
+    known = judge(h, ["preflight"])["by_id"]["preflight.kernel_headers"]
+    assert known["status"] == "fail" and known["actual"] == "not available"
+
+
+def test_packages_past_the_pin_are_moved_back_with_the_transaction_state_latest() -> None:
+    """An upgrade past the pin (or an older pin) leaves packages that still satisfy every
+    dependency: `present` keeps them, so the plan names them for `latest` (the pin's candidate)."""
+    newer = {n: v.replace(V_OLD, V_NEW) for n, v in UBUNTU_535.items()}
+    newer = {n.replace(V_OLD, V_NEW): v for n, v in newer.items()}
+    h = FakeHost().gpus(V_OLD, nvswitch=False).dpkg(newer)
+    plan = judge(h, ["driver"], stack(**{"driver.version": V_OLD}))["plan"]["driver"]
+    assert "nvidia-driver-535" in plan["resync"] and "cuda-drivers-535" in plan["resync"]
+    assert "nvidia-driver-535" in plan["unhold"] or not plan["unhold"]
+    at_pin = judge(
+        FakeHost().gpus(V_OLD, nvswitch=False).dpkg(UBUNTU_535),
+        ["driver"],
+        stack(**{"driver.version": V_OLD}),
+    )["plan"]["driver"]
+    assert at_pin["resync"] == []
+
+
+def test_a_library_version_change_lifts_and_sets_the_holds_again() -> None:
+    h = FakeHost().dpkg(
+        {"libcudnn8": "8.9.0.131-1+cuda12.1", "libcudnn8-dev": "8.9.0.131-1+cuda12.1"},
+        held=("libcudnn8", "libcudnn8-dev"),
+    )
+    plan = judge(h, ["cudnn"])["plan"]["cudnn"]
+    assert plan["unhold"] == ["libcudnn8", "libcudnn8-dev"]
+    assert plan["hold"] == ["libcudnn8", "libcudnn8-dev"]  # held again after the install
+    assert plan["needs_install"]
