@@ -219,7 +219,7 @@ class Scenario:
     def no_reboot_defers_and_the_next_run_reboots_once(self) -> None:
         """Back from 550 to the 535 pin with --no-reboot: packages change, the host keeps the 550
         module, the rest converges, validation does not run; exit 1 with driver.reboot "reboot
-        required". Services are not started on the wrong module. The next run reboots once."""
+        required". The next run reboots once."""
         p = self.personality
         boot = self.fleet.boot_id(self.host)
         extra = ["-e", f"gpu_stack_driver_version={p.old}",
@@ -247,9 +247,6 @@ class Scenario:
         smi = self.fleet.run(self.host,
                              "nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0")
         assert smi.rc == 18 and "version mismatch" in smi.stdout, smi
-        # the fabric manager was not (re)started against the loaded 550 module
-        fm = self.sh("systemctl is-active nvidia-fabricmanager || true").strip()
-        assert fm != "active", fm
         # the reboot is the driver role's: run that role alone
         done = run_playbook(self.fleet, "site.yml", self.ev(), tmp=self.work / "after-no-reboot",
                             tags="nvidia_driver")
