@@ -11,7 +11,7 @@ PROFILE ?= h100-sxm-8
 TEST_JOBS ?= 2
 PYTEST_PAR := -n $(TEST_JOBS) --dist loadscope
 
-.PHONY: venv test unit lint roles demo lab-up lab-down lab-status clean
+.PHONY: venv test unit lint roles demo lab-up lab-down lab-status clean bench bench-smoke
 
 $(BIN)/provision: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,17 @@ lab-status: venv
 
 demo: venv
 	$(BIN)/python -m lab.demo --report-dir demo-report
+
+# Speed figures against the lab (docs/benchmarks.md): writes bench/results/<date>.json and the
+# results table in docs/benchmarks.md. Knobs from the environment or the make command line:
+# BENCH_REPEAT (3), BENCH_SIZES (1,4,8,16), BENCH_P1_HOSTS (4), BENCH_SKIP (P1,P2,P3,P4,records), ...
+# (python -m bench --help). Niced: the lab shares the machine.
+bench: venv
+	nice -n 10 $(BIN)/python -m bench
+
+# One host, one run, results in a temporary directory (CI runs it as tests/lab/test_bench_smoke.py)
+bench-smoke: venv
+	nice -n 10 $(BIN)/python -m bench --smoke
 
 clean:
 	rm -rf $(VENV) dist build demo-report .pytest_cache .ruff_cache .mypy_cache
