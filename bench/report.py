@@ -130,10 +130,16 @@ def _detail(key: str, e: dict[str, Any]) -> str:
 
 def _ab(e: dict[str, Any]) -> str:
     hosts = f"; {e['hosts']} hosts" if e.get("hosts") else ""
-    return (
+    text = (
         f"A {_num(e.get('A_wall_s'), 's')} vs B {_num(e.get('B_wall_s'), 's')}; controller CPU "
         f"A {_num(e.get('A_cpu_s'), 's')} vs B {_num(e.get('B_cpu_s'), 's')}{hosts}"
     )
+    if e.get("A_no_preflight_wall_s") is not None:
+        text += f"; A with --no-preflight {_num(e['A_no_preflight_wall_s'], 's')}"
+    phases = e.get("A_phases") or {}
+    if phases:
+        text += "; A's phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
+    return text
 
 
 def _p7(e: dict[str, Any]) -> str:

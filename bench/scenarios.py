@@ -6,7 +6,7 @@ import contextlib
 import json
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,11 @@ def _pair(a: Run, bb: Run) -> dict[str, Any]:
     return {"A": a.to_json(), "B": bb.to_json(), "ratio": ratio}
 
 
+def _median_or_none(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return round(median(vals), 3) if vals else None
+
+
 def _median_phases(runs: Sequence[Run]) -> dict[str, float]:
     keys = sorted({k for r in runs for k in r.phases})
     return {
@@ -117,6 +122,8 @@ def p1(b: Bench, fleet: Any, hs: HostSide) -> tuple[Entries, list[Run]]:  # noqa
     a_args = _check_args(b, fleet, b.inventory(fleet, hosts, f"check-{len(hosts)}"))
     a_runs: list[Run] = []
     b_runs: list[Run] = []
+    c_runs: list[Run] = []  # diagnostic: A without the CLI's SSH preflight (not in smoke mode)
+    sides = "AB" if b.s.smoke else "ABC"
     b.log(f"P1: provision check vs plain ansible-playbook --check, {len(hosts)} host(s)")
     try:
         first = b.provision_run("p1-A-warmup", a_args, hs, hosts, ok_rc=CHECK_RC_OK)
@@ -133,13 +140,18 @@ def p1(b: Bench, fleet: Any, hs: HostSide) -> tuple[Entries, list[Run]]:  # noqa
         if b.s.warmup:
             b.plain_run("p1-B-warmup", command, env_b, hs, hosts)
         for i in range(b.s.repeat):
-            for side in "AB" if i % 2 == 0 else "BA":
+            for side in sides if i % 2 == 0 else sides[::-1]:
                 if side == "A":
                     a_runs.append(
                         b.provision_run("p1-A", a_args, hs, hosts, ok_rc=CHECK_RC_OK, ssh=True)
                     )
-                else:
+                elif side == "B":
                     b_runs.append(b.plain_run("p1-B", command, env_b, hs, hosts, ssh=True))
+                else:
+                    c_args = [*a_args, "--no-preflight"]
+                    c_runs.append(
+                        b.provision_run("p1-A-no-preflight", c_args, hs, hosts, ok_rc=CHECK_RC_OK)
+                    )
     except BenchError as exc:
         return {"P1": not_measured("P1", str(exc)),
                 "first_ssh_s": record(None, "s", [], reason=f"P1 not measured: {exc}")}, []
@@ -156,6 +168,10 @@ def p1(b: Bench, fleet: Any, hs: HostSide) -> tuple[Entries, list[Run]]:  # noqa
         A_cpu_s=round(median(r.sample.cpu_s for r in a_runs), 3),
         B_cpu_s=round(median(r.sample.cpu_s for r in b_runs), 3),
         A_phases=_median_phases(a_runs),
+        A_host_cpu_s=_median_or_none(r.host_cpu_s for r in a_runs),
+        B_host_cpu_s=_median_or_none(r.host_cpu_s for r in b_runs),
+        A_no_preflight_wall_s=_median_or_none(r.sample.wall_s for r in c_runs),
+        A_no_preflight_runs=_runs(c_runs),
         A="provision " + shlex.join(a_args),
         B=describe_command(command),
         B_env=sorted(k for k in env_b if k.startswith("ANSIBLE_")),
