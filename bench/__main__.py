@@ -146,7 +146,17 @@ def main(argv: list[str] | None = None) -> int:
         a.out = work / "results" if s.smoke else REPO / "bench" / "results"
     if a.docs is None:
         a.docs = work / "benchmarks.md" if s.smoke else REPO / "docs" / "benchmarks.md"
-    data = run_all(s, work)
+    from lab import LabUnavailable, unavailable_reason  # noqa: PLC0415
+
+    reason = unavailable_reason()
+    if reason:
+        print(f"bench: the lab is unavailable here: {reason}", file=sys.stderr)
+        return 4
+    try:
+        data = run_all(s, work)
+    except LabUnavailable as exc:
+        print(f"bench: the lab is unavailable here: {exc}", file=sys.stderr)
+        return 4
     problems = model.result_problems(data)
     a.out.mkdir(parents=True, exist_ok=True)
     name = data["date"] + ("-smoke" if s.smoke else "")

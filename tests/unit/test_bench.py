@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import lab
 from bench import measure, model, parse, report
-from bench.__main__ import parse_args, settings_from
+from bench.__main__ import main, parse_args, settings_from
 from bench.scenarios import describe_command
 
 # Output of a lab run (ansible-core 2.19, plain ansible-playbook --check, 2 of 4 hosts kept)
@@ -217,3 +218,12 @@ def test_measure_counts_and_reaps_what_the_command_leaves(tmp_path: Path) -> Non
     burn = "x = 0\nfor i in range(3_000_000): x += i"
     s2 = measure.run("burn", [sys.executable, "-c", burn], env={"PATH": "/usr/bin:/bin"})
     assert s2.cpu_s > 0.05 and s2.output_path == ""
+
+
+def test_no_lab_is_one_message_and_exit_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(lab, "unavailable_reason", lambda: "the lab needs root")
+    assert main(["--smoke", "--work", str(tmp_path)]) == 4
+    assert "the lab is unavailable here: the lab needs root" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
