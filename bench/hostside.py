@@ -3,10 +3,10 @@
 * CPU inside a host: usage_usec of the host's own cgroup2 cgroup (lab/cgroups.py puts every host's
   supervisor, nspawn and all of the guest's processes there), read before and after a run.
 * Apt index refreshes: an APT::Update::Pre-Invoke hook (/etc/apt/apt.conf.d/00provision-bench)
-  appends a timestamp to /run/provision-bench/apt-update.log at every refresh; apt-get update and
-  python-apt's Cache.update() (what ansible.builtin.apt uses) both run the hook. The mtimes of
-  /var/lib/apt/lists are not used: apt gives list files the server's Last-Modified time and leaves
-  them alone when the server answers 304, so they undercount.
+  appends a timestamp to /var/lib/provision-bench/apt-update.log at every refresh (on disk: a reboot
+  during the run keeps the count); apt-get update and python-apt's Cache.update() both run the hook.
+  The mtimes of /var/lib/apt/lists are not used: apt gives list files the server's Last-Modified
+  time and leaves them alone when the server answers 304, so they undercount.
 * Time to the first SSH connection: sshd's "Accepted ..." journal entry (microsecond timestamps).
 * Package transactions: /var/log/apt/history.log.
 """
@@ -21,9 +21,10 @@ from typing import Any
 from bench import parse
 
 APT_HOOK_FILE = "/etc/apt/apt.conf.d/00provision-bench"
-APT_COUNTER = "/run/provision-bench/apt-update.log"
+COUNTER_DIR = "/var/lib/provision-bench"
+APT_COUNTER = f"{COUNTER_DIR}/apt-update.log"
 APT_HOOK = (
-    'APT::Update::Pre-Invoke {"mkdir -p /run/provision-bench && date +%s.%N >> '
+    'APT::Update::Pre-Invoke {"mkdir -p /var/lib/provision-bench && date +%s.%N >> '
     + APT_COUNTER
     + ' || true";};\n'
 )
@@ -65,7 +66,7 @@ class HostSide:
     def install_apt_counter(self, host: str) -> None:
         self._sh(
             host,
-            f"mkdir -p /run/provision-bench && printf %s {shlex.quote(APT_HOOK)} > {APT_HOOK_FILE}"
+            f"mkdir -p {COUNTER_DIR} && printf %s {shlex.quote(APT_HOOK)} > {APT_HOOK_FILE}"
             f" && : > {APT_COUNTER}",
         )
 
