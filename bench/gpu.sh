@@ -80,11 +80,14 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp -r "$repo/roles/validation/files/provision_validate" "$work/"
-python3 - "$repo/roles/validation/files/thresholds.yml" "$work/thresholds.json" <<'EOF' || cp "$repo/roles/validation/files/thresholds.yml" "$work/thresholds.json"
-import json, sys
-import yaml  # the program reads JSON or YAML; JSON spares the torch venv PyYAML
-json.dump(yaml.safe_load(open(sys.argv[1])), open(sys.argv[2], "w"))
-EOF
+# the program reads JSON, or YAML when its interpreter has PyYAML: convert with whichever has it
+to_json='import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), open(sys.argv[2], "w"))'
+for cand in python3 "${py:-python3}"; do
+  if "$cand" -c "$to_json" "$repo/roles/validation/files/thresholds.yml" "$work/thresholds.json" 2>/dev/null; then
+    break
+  fi
+  cp "$repo/roles/validation/files/thresholds.yml" "$work/thresholds.json"
+done
 model="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpu_model"] or "")' "$out/facts.json")"
 topo="$(python3 -c 'import json,sys; f=json.load(open(sys.argv[1])); t=dict(f["topology"]); t["nvswitch_count"]=f["nvswitch_count"]; print(json.dumps(t))' "$out/facts.json")"
 
@@ -108,7 +111,7 @@ run_validation() {  # $1 = run dir
   PYTHONPATH="$work" "$py" -m provision_validate merge --results-dir "$d/results" \
     --host "$(hostname)" --nproc-per-node "$ngpu" --rc "$rc" --timeout 1200 \
     --elapsed "$(python3 -c "print(round($t1 - $t0, 2))")" \
-    --torchrun-output "$(tail -c 2000 "$d/torchrun.log")" --out "$d/validation.json" || true
+    --torchrun-output="$(tail -c 2000 "$d/torchrun.log")" --out "$d/validation.json" || true
   python3 -c "print(round($(date +%s.%N) - $t0, 3))" > "$d/wall_s"
   log "validation: torchrun rc $rc, $(cat "$d/wall_s") s"
 }
@@ -126,10 +129,15 @@ find_perf() {
   fi
   if [ -n "${NCCL_TESTS_SRC:-}" ] && [ -d "$NCCL_TESTS_SRC/src" ] && command -v nvcc >/dev/null 2>&1 \
      && [ -n "$nccl_home" ]; then
-    local cuda_home; cuda_home="$(dirname "$(dirname "$(command -v nvcc)")")"
-    [ -e "$nccl_home/lib/libnccl.so" ] || ln -sf libnccl.so.2 "$nccl_home/lib/libnccl.so" 2>/dev/null || true
+    local cuda_home nccl_link="$work/nccl"
+    cuda_home="$(dirname "$(dirname "$(command -v nvcc)")")"
+    # the wheel ships libnccl.so.2 only; the link step wants libnccl.so: a private NCCL_HOME
+    mkdir -p "$nccl_link/lib"
+    ln -sf "$nccl_home/include" "$nccl_link/include"
+    ln -sf "$nccl_home/lib/libnccl.so.2" "$nccl_link/lib/libnccl.so.2"
+    ln -sf libnccl.so.2 "$nccl_link/lib/libnccl.so"
     log "building nccl-tests in $NCCL_TESTS_SRC against $nccl_home"
-    if make -C "$NCCL_TESTS_SRC" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" \
+    if make -C "$NCCL_TESTS_SRC" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_link" \
          > "$out/nccl-tests-build.log" 2>&1; then
       perf="$NCCL_TESTS_SRC/build/all_reduce_perf"
     else
