@@ -14,7 +14,7 @@ PERSONALITY ?= ubuntu2204
 TEST_JOBS ?= 2
 PYTEST_PAR := -n $(TEST_JOBS) --dist loadscope
 
-.PHONY: venv test unit lint roles demo lab-up lab-down lab-status clean host-packages host-packages-test
+.PHONY: venv test unit lint roles demo lab-up lab-down lab-status clean host-packages host-packages-test bench bench-smoke
 
 $(BIN)/provision: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,7 +39,7 @@ test: host-packages-test venv lint
 	$(BIN)/pytest -q $(PYTEST_PAR) --durations=25 tests
 
 lint: venv
-	$(BIN)/ruff check provisioner lab plugins tests contrib roles/validation/files
+	$(BIN)/ruff check provisioner lab plugins tests contrib bench roles/validation/files
 	$(BIN)/python -m provisioner.rolegen --check
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production
@@ -63,6 +63,17 @@ lab-status: venv
 
 demo: host-packages venv
 	$(BIN)/python -m lab.demo --report-dir demo-report --personality $(PERSONALITY)
+
+# Speed figures against the lab (docs/benchmarks.md): writes bench/results/<date>.json and the
+# results table in docs/benchmarks.md. Knobs from the environment or the make command line:
+# BENCH_REPEAT (3), BENCH_SIZES (1,4,8,16), BENCH_P1_HOSTS (4), BENCH_SKIP (P1,P2,P3,P4,records), ...
+# (python -m bench --help). Niced: the lab shares the machine.
+bench: venv
+	nice -n 10 $(BIN)/python -m bench
+
+# One host, one run, results in a temporary directory (CI runs it as tests/lab/test_bench_smoke.py)
+bench-smoke: venv
+	nice -n 10 $(BIN)/python -m bench --smoke
 
 clean:
 	rm -rf $(VENV) dist build demo-report .pytest_cache .ruff_cache .mypy_cache
