@@ -159,6 +159,7 @@ class Platform(object):
                 r"^(cuda-drivers(-\d+)?|cuda-drivers-fabricmanager(-\d+)?|nvidia-driver(-cuda|-libs|-bin)?|"
                 r"nvidia-kernel-(open-)?dkms|nvidia-kernel-support|nvidia-alternative|nvidia-smi|"
                 r"nvidia-persistenced|nvidia-modprobe|nvidia-cuda-mps|nvidia-vdpau-driver|"
+                r"nvidia-settings|nvidia-xconfig|libxnvctrl0|"
                 r"nvidia-egl-icd|nvidia-opencl-icd|nvidia-fabricmanager(-dev)?(-\d+)?|"
                 r"libnvidia-[a-z0-9-]+|libcuda1|libgl1-nvidia-glvnd-glx|libglx-nvidia0|"
                 r"libegl-nvidia0|firmware-nvidia-gsp|xserver-xorg-video-nvidia)$"

@@ -545,3 +545,23 @@ def test_a_library_version_change_lifts_and_sets_the_holds_again() -> None:
     assert plan["unhold"] == ["libcudnn8", "libcudnn8-dev"]
     assert plan["hold"] == ["libcudnn8", "libcudnn8-dev"]  # held again after the install
     assert plan["needs_install"]
+
+
+def test_debian_branch_change_also_moves_the_recommended_nvidia_settings() -> None:
+    """Debian's nvidia-driver Recommends an unversioned nvidia-settings (<V>-1; squarooticus/
+    nvidia-graphics-drivers:debian/control): no dependency moves it with the driver, so a
+    branch change must name it, or a 535 nvidia-settings outlives the move to 550."""
+    h = FakeHost(pf.DEBIAN_11, kernel="5.10.0-26-cloud-amd64").gpus("535.104.05")
+    h.dpkg(
+        {
+            "nvidia-driver": "535.104.05-1",
+            "nvidia-driver-cuda": "535.104.05-1",
+            "nvidia-settings": "535.104.05-1",
+            "nvidia-kernel-common": "20151021+13",
+        }
+    )
+    r = judge(h, ["driver"], stack(**{"driver.branch": "550", "driver.version": ""}))
+    plan = r["plan"]["driver"]
+    assert "nvidia-settings" in plan["remove"]
+    assert "nvidia-kernel-common" not in plan["remove"]  # a contrib helper, not a driver version
+    assert r["by_id"]["driver.branch"]["status"] != "pass"
