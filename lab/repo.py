@@ -75,7 +75,8 @@ class Repo:
 
     @property
     def repos_url(self) -> str:
-        """The `nvidia_repo_base_url` value: ends in /compute/cuda/repos."""
+        """The `gpu_stack_mirrors_nvidia_repo` value (stack `mirrors.nvidia_repo`): ends in
+        /compute/cuda/repos."""
         return f"{self.base_url}/{REPO_SUBDIR}"
 
     @property

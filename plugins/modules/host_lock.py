@@ -18,10 +18,10 @@ description:
   - Another run is refused while the lock is alive, naming the holder; a lock without a sign of life
     for more than I(stale_s) belongs to a dead run and is taken over.
   - In check mode nothing is written (read-only runs do not lock). The lock is the run's own
-    bookkeeping, not the host's configuration: the task never reports C(changed).
+    bookkeeping, not the host's configuration, so the task never reports C(changed).
 options:
   state:
-    description: C(present) takes or refreshes the lock, C(absent) releases it (only this run's).
+    description: "C(present) takes or refreshes the lock, C(absent) releases it (only this run's)."
     type: str
     choices: [present, absent]
     default: present

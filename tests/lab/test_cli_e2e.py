@@ -97,7 +97,13 @@ def test_sixteen_host_nightly_check_with_history(fleet_factory: Any, tmp_path: P
 
     # provision one host; the others stay as they came (fresh) or have no GPU at all
     proc, _ = provision_cli(
-        tmp_path, *common, "--limit", good, "-e", "validation_enabled=false", report="provision"
+        tmp_path,
+        *common,
+        "--limit",
+        good,
+        "-e",
+        "gpu_stack_validation_enabled=false",
+        report="provision",
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 

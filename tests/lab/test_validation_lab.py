@@ -19,29 +19,35 @@ from test_roles_helpers import run_playbook, stack_vars
 
 
 def _vars(fleet: Any, **extra: Any) -> dict[str, Any]:
-    ev = stack_vars(fleet.stack_path, validation_enabled=True, validation_timeout_s=120,
-                    validation_init_timeout_s=30, validation_collective_timeout_s=30)
+    ev = stack_vars(
+        fleet.stack_path,
+        gpu_stack_validation_enabled=True,
+        gpu_stack_validation_timeout_s=120,
+        validation_init_timeout_s=30,
+        validation_collective_timeout_s=30,
+    )
     ev.update(extra)
     return ev
 
 
 def _checks(result: Any, host: str) -> dict[str, dict[str, Any]]:
-    return {c["id"]: c for c in result.facts[host]["validation_checks"]}
+    return result.checks(host)
 
 
 def test_one_host_four_ranks_passes(fleet_factory, tmp_path: Path, record_property) -> None:
     fleet = fleet_factory(1, profiles=("h100-sxm-8",))
     host = fleet.hosts[0].name
     t0 = time.monotonic()
-    res = run_playbook(fleet, "validate.yml", _vars(fleet, validation_nproc_per_node=4),
-                       tmp=tmp_path)
+    res = run_playbook(
+        fleet, "validate.yml", _vars(fleet, gpu_stack_validation_nproc_per_node=4), tmp=tmp_path
+    )
     wall = time.monotonic() - t0
     assert res.rc == 0, res.output[-5000:]
     checks = _checks(res, host)
     assert checks["validation.allreduce"]["status"] == "pass", checks
     assert checks["validation.ddp"]["status"] == "pass", checks
     assert checks["validation.multinode"]["status"] == "skip", checks
-    node = res.facts[host]["validation_result"]
+    node = res.hosts[host].validation
     record_property("validation_program_s", node["elapsed_s"])
     record_property("validate_playbook_s", round(wall, 1))
     print(f"lab validation: program {node['elapsed_s']} s, playbook {wall:.1f} s")
@@ -72,9 +78,16 @@ def test_one_host_four_ranks_passes(fleet_factory, tmp_path: Path, record_proper
 
 def test_two_hosts_two_ranks_each_across_network(fleet_factory, tmp_path: Path) -> None:
     fleet = fleet_factory(2, profiles=("h100-sxm-8", "h100-sxm-8"))
-    res = run_playbook(fleet, "validate.yml",
-                       _vars(fleet, validation_nproc_per_node=2, validation_network_interface="lo"),
-                       tmp=tmp_path)
+    res = run_playbook(
+        fleet,
+        "validate.yml",
+        _vars(
+            fleet,
+            gpu_stack_validation_nproc_per_node=2,
+            gpu_stack_validation_network_interface="lo",
+        ),
+        tmp=tmp_path,
+    )
     assert res.rc == 0, res.output[-5000:]
     hosts = [h.name for h in fleet.hosts]
     for rank, host in enumerate(hosts):
@@ -82,35 +95,50 @@ def test_two_hosts_two_ranks_each_across_network(fleet_factory, tmp_path: Path) 
         assert checks["validation.multinode"]["status"] == "pass", checks
         assert checks["validation.allreduce"]["status"] == "pass", checks
         assert checks["validation.ddp"]["status"] == "pass", checks
-        node = res.facts[host]["validation_result"]
+        node = res.hosts[host].validation
         assert node["nnodes"] == 2 and node["world_size"] == 4 and node["node_rank"] == rank
         assert node["gloo_env"].get("GLOO_SOCKET_IFNAME") == "lo"
         # the DDP per-rank numbers span both hosts
         assert len(set(node["ddp"]["summary"]["hosts"].values())) == 2
 
 
-def test_check_mode_runs_only_when_enabled_and_changes_nothing(fleet_factory,
-                                                               tmp_path: Path) -> None:
+def test_check_mode_validates_only_when_asked_and_changes_nothing(
+    fleet_factory, tmp_path: Path
+) -> None:
     fleet = fleet_factory(1, profiles=("h100-sxm-8",))
     host = fleet.hosts[0].name
-    ev = _vars(fleet, validation_nproc_per_node=2)
-    del ev["validation_enabled"]  # the role default: off in check mode
-    off = run_playbook(fleet, "validate.yml", ev, check=True, tmp=tmp_path / "off")
+    ev = _vars(fleet, gpu_stack_validation_nproc_per_node=2)
+    # check.yml (the nightly read-only run): no validation unless the variable is given
+    plain = dict(ev)
+    del plain["gpu_stack_validation_enabled"]
+    night = run_playbook(fleet, "check.yml", plain, check=True, tmp=tmp_path / "night")
+    assert not night.hosts[host].validation
+    assert not [c for c in night.checks(host) if c.startswith("validation.")]
+    # validate.yml, turned off: every validation check skips
+    off = run_playbook(
+        fleet,
+        "validate.yml",
+        dict(ev, gpu_stack_validation_enabled=False),
+        check=True,
+        tmp=tmp_path / "off",
+    )
     assert off.rc == 0, off.output[-3000:]
     assert {c["status"] for c in _checks(off, host).values()} == {"skip"}
-    assert "validation_result" not in off.facts[host]
+    assert not off.hosts[host].validation
 
-    on = run_playbook(fleet, "validate.yml", dict(ev, validation_enabled=True), check=True,
-                      tmp=tmp_path / "on")
+    # validate.yml under --check (the role default: on): the job runs and changes nothing
+    on = run_playbook(fleet, "validate.yml", plain, check=True, tmp=tmp_path / "on")
     assert on.rc == 0, on.output[-3000:]
     assert on.changed(host) == 0
     checks = _checks(on, host)
     assert checks["validation.allreduce"]["status"] == "pass", checks
     assert checks["validation.ddp"]["status"] == "pass", checks
-    assert on.facts[host]["validation_result"]["world_size"] == 2
+    assert on.hosts[host].validation["world_size"] == 2
 
     # no torch where validation_python points: the host fails with checks that say why
-    ev_broken = dict(ev, validation_enabled=True, validation_python="/opt/none/bin/python")
+    ev_broken = dict(
+        ev, gpu_stack_validation_enabled=True, validation_python="/opt/none/bin/python"
+    )
     broken = run_playbook(fleet, "validate.yml", ev_broken, tmp=tmp_path / "broken")
     assert broken.rc != 0
     checks = _checks(broken, host)
@@ -125,10 +153,23 @@ def test_provision_validate_writes_numbers_into_report(fleet_factory, tmp_path: 
     report = tmp_path / "report"
     provision = Path(sys.executable).parent / "provision"
     proc = subprocess.run(
-        [str(provision), "validate", "-i", str(fleet.inventory_path), "--stack",
-         str(fleet.stack_path), "--known-hosts", str(fleet.known_hosts), "--report-dir",
-         str(report)],
-        capture_output=True, text=True, timeout=600, check=False)
+        [
+            str(provision),
+            "validate",
+            "-i",
+            str(fleet.inventory_path),
+            "--stack",
+            str(fleet.stack_path),
+            "--known-hosts",
+            str(fleet.known_hosts),
+            "--report-dir",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((report / "report.json").read_text(encoding="utf-8"))
     h = data["hosts"][host]
@@ -142,24 +183,35 @@ def test_provision_validate_writes_numbers_into_report(fleet_factory, tmp_path: 
     assert val["ddp"]["summary"]["scaling_efficiency"] is not None
 
 
-def test_stalled_rank_on_second_host_is_named_from_both_hosts(fleet_factory,
-                                                              tmp_path: Path) -> None:
+def test_stalled_rank_on_second_host_is_named_from_both_hosts(
+    fleet_factory, tmp_path: Path
+) -> None:
     fleet = fleet_factory(2, profiles=("h100-sxm-8", "h100-sxm-8"))
     second = fleet.hosts[1].name
     hostname = fleet.run(second, "hostname").stdout.strip()
-    res = run_playbook(fleet, "validate.yml",
-                       _vars(fleet, validation_nproc_per_node=2, validation_fault="stall:rank=3",
-                             validation_collective_timeout_s=10, validation_timeout_s=90),
-                       tmp=tmp_path)
+    res = run_playbook(
+        fleet,
+        "validate.yml",
+        _vars(
+            fleet,
+            gpu_stack_validation_nproc_per_node=2,
+            validation_fault="stall:rank=3",
+            validation_collective_timeout_s=10,
+            gpu_stack_validation_timeout_s=90,
+        ),
+        tmp=tmp_path,
+    )
     assert res.rc != 0
     for h in fleet.hosts:
         checks = _checks(res, h.name)
         assert checks["validation.allreduce"]["status"] == "fail", checks
         assert checks["validation.multinode"]["status"] == "fail", checks
         assert f"rank 3 on host {hostname}" in checks["validation.allreduce"]["message"], (
-            h.name, checks["validation.allreduce"]["message"])
+            h.name,
+            checks["validation.allreduce"]["message"],
+        )
         assert "hang" in checks["validation.allreduce"]["message"]
-        node = res.facts[h.name]["validation_result"]
+        node = res.hosts[h.name].validation
         # failed by the collective watchdog (10 s), long before the outer 90 s limit
         assert node["torchrun_rc"] not in (124, 137), node["torchrun_rc"]
         assert node["elapsed_s"] < 90
