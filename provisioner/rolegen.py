@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,15 @@ HEADER = (
 )
 BEGIN = "<!-- BEGIN GENERATED VARIABLES (make roles) -->"
 END = "<!-- END GENERATED VARIABLES -->"
+INTRO_BEGIN = "<!-- BEGIN GENERATED INTRO (make roles) -->"
+INTRO_END = "<!-- END GENERATED INTRO -->"
+# The check ids each role's tasks publish (through the probe), for the README's pointer to
+# `provision checks <prefix>`; roles without checks of their own are absent.
+CHECK_PREFIX = {
+    "preflight": "preflight", "nvidia_repo": "repo", "nvidia_driver": "driver",
+    "cuda_toolkit": "cuda", "cudnn": "cudnn", "nccl": "nccl", "cuda_env": "env",
+    "pytorch": "pytorch", "validation": "validation",
+}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -143,20 +153,45 @@ def readme_table(variables: dict[str, dict[str, Any]]) -> str:
     return "\n".join([BEGIN, *rows, END])
 
 
+def _markup(text: str) -> str:
+    """ansible-doc markup (C(x), I(x)) as Markdown code."""
+    return re.sub(r"\b[CI]\(([^)]*)\)", r"`\1`", text)
+
+
+def readme_intro(role: str, spec: dict[str, Any]) -> str:
+    """The README's opening, from the same schema as the argument specs."""
+    parts = [_markup(spec["short"]), *(_markup(d) for d in spec["description"])]
+    prefix = CHECK_PREFIX.get(role)
+    if prefix:
+        parts.append(
+            f"Checks: the ids `{prefix}.*` (`provision checks {prefix}` lists them with what each "
+            "verifies and its fix); facts and the report contract: docs/architecture.md."
+        )
+    return "\n".join([INTRO_BEGIN, "\n\n".join(parts), INTRO_END])
+
+
+def _replace_between(text: str, begin: str, end: str, block: str) -> str | None:
+    if begin in text and end in text:
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
+        return head + block + tail
+    return None
+
+
 def readme_text(current: str, role: str, spec: dict[str, Any], table: str) -> str:
-    if BEGIN in current and END in current:
-        head, _, rest = current.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        return head + table + tail
-    lines = current.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith("| name | type")), None)
-    if start is not None:  # a hand-kept table from before the generator: replace it in place
-        end = start
-        while end < len(lines) and lines[end].startswith("|"):
-            end += 1
-        return "\n".join([*lines[:start], table, *lines[end:]]) + "\n"
-    intro = " ".join(spec["description"])
-    return f"# {role}\n\n{spec['short']}\n\n{intro}\n\n## Variables\n\n{table}\n"
+    """The role's README: the generated intro and variable table, hand-written sections kept."""
+    intro = readme_intro(role, spec)
+    if not current.strip():
+        return f"# {role}\n\n{intro}\n\n## Variables\n\n{table}\n"
+    text = _replace_between(current, INTRO_BEGIN, INTRO_END, intro)
+    if text is None:  # no intro markers yet: the generated intro goes under the title
+        lines = current.splitlines()
+        title = next((i for i, ln in enumerate(lines) if ln.startswith("# ")), -1)
+        text = "\n".join([*lines[: title + 1], "", intro, "", *lines[title + 1 :]]) + "\n"
+    replaced = _replace_between(text, BEGIN, END, table)
+    if replaced is not None:
+        return replaced
+    return text.rstrip("\n") + f"\n\n## Variables\n\n{table}\n"
 
 
 def render(schema: dict[str, Any] | None = None) -> dict[Path, str]:

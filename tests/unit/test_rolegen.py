@@ -82,3 +82,26 @@ def test_changing_the_stack_data_alone_moves_every_role(
     for path, text in rendered.items():
         if path.parts[-3] != "gpu_stack":
             assert "2.18.3" not in text and "8.9.2.26" not in text, path
+
+
+def test_readme_intro_comes_from_the_schema_and_hand_sections_stay() -> None:
+    """A role README opens with the schema's short and long description (ansible-doc markup made
+    Markdown) and the role's check prefix; what a maintainer wrote after it is kept."""
+    spec = {"short": "Does C(x).", "description": ["Long I(y) text."]}
+    table = rolegen.readme_table({})
+    current = (
+        "# nvidia_driver\n\n"
+        f"{rolegen.INTRO_BEGIN}\nstale\n{rolegen.INTRO_END}\n\n## Notes\n\nhand text\n\n"
+        f"## Variables\n\n{rolegen.BEGIN}\nold\n{rolegen.END}\n\n## More\n\nkept\n"
+    )
+    out = rolegen.readme_text(current, "nvidia_driver", spec, table)
+    assert "stale" not in out and "old\n" not in out
+    assert "Does `x`." in out and "Long `y` text." in out
+    assert "`provision checks driver`" in out
+    assert out.index("## Notes") > out.index(rolegen.INTRO_END)
+    assert "hand text" in out and out.endswith("## More\n\nkept\n")
+    # a README without markers gets the intro under its title
+    bare = rolegen.readme_text("# cuda_library\n\n## Variables\n\n", "cuda_library", spec, table)
+    assert bare.startswith("# cuda_library\n\n" + rolegen.INTRO_BEGIN)
+    assert "provision checks" not in bare  # cuda_library has no checks of its own
+    assert rolegen.BEGIN in bare
