@@ -420,8 +420,14 @@ class Bench:
         argv = list(command.get("command") or [])
         out: dict[str, Any] = {}
         for i, arg in enumerate(argv[:-1]):
-            if arg in ("-e", "--extra-vars") and argv[i + 1].startswith("{"):
-                out.update(json.loads(argv[i + 1]))
+            value = argv[i + 1]
+            if arg not in ("-e", "--extra-vars"):
+                continue
+            if value.startswith("{"):
+                out.update(json.loads(value))
+            elif value.startswith("@"):  # runs/<id>/extravars, kept by provisioner.runner
+                with contextlib.suppress(OSError, ValueError):
+                    out.update(json.loads(Path(value[1:]).read_text(encoding="utf-8")))
         return out
 
     def same_variables(self, command: dict[str, Any], shown: dict[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ PATH gets the interpreter's bin dir so ansible-playbook is found without an acti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -155,6 +156,30 @@ def write_extravars(private_data_dir: Path, extravars: Mapping[str, Any]) -> Pat
     return path
 
 
+def keep_extravars(
+    art: Path, pdd: Path, extravars: Mapping[str, Any], scrub: Scrubber, command: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The run's extra variables, secrets masked, kept as `<artifacts>/extravars` (0600), and the
+    recorded command (`command` file and the returned argv) pointed at that copy instead of the
+    private data dir that is gone after the run: the command can be rerun by hand (with secrets
+    given again) and shows what the run was given."""
+    if not art.is_dir():
+        return command
+    kept = art / "extravars"
+    with contextlib.suppress(FileNotFoundError):
+        kept.unlink()
+    fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(scrub.data(json.loads(json.dumps(dict(extravars)))), fh, indent=1)
+    old, new = f"@{pdd / 'env' / 'extravars'}", f"@{kept}"
+    recorded = art / "command"
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(recorded.read_text(encoding="utf-8"))
+        data["command"] = [new if c == old else c for c in data.get("command") or []]
+        recorded.write_text(json.dumps(data), encoding="utf-8")
+    return tuple(new if c == old else c for c in command)
+
+
 def scrubber_for(req: RunRequest) -> Scrubber:
     values = secret_values(dict(req.extravars)) | set(req.secrets)
     if req.become_password:
@@ -240,7 +265,9 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
             r.run()
         finally:
             _restore_signal_handlers(saved)
-            scrub.tree(req.artifact_dir / req.ident)  # stdout, command: secrets masked
+            art = req.artifact_dir / req.ident
+            scrub.tree(art)  # stdout, command: secrets masked
+            command = keep_extravars(art, Path(pdd), extravars, scrub, command)
         stats = r.stats or {}
         status, rc = str(r.status), int(r.rc if r.rc is not None else 1)
     clean = {k: {str(h): int(n) for h, n in (stats.get(k) or {}).items()} for k in STAT_KEYS}

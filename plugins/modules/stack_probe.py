@@ -45,6 +45,14 @@ options:
         the bound passes. 0 does not wait. Not in check mode.
     type: int
     default: 0
+  publish:
+    description:
+      - Check ids (or C(prefix.*) patterns) published in C(provision_checks); the others are
+        judged but not reported (the validation role probes the driver only for C(driver.reboot),
+        and a validation run reports validation, not the driver's compliance).
+    type: list
+    elements: str
+    default: ["*"]
   return_facts:
     description: Also return the raw collected facts as C(provision_probe) (debugging).
     type: bool
@@ -148,6 +156,7 @@ def main():
             },
             "require": {"type": "list", "elements": "str", "default": []},
             "wait_timeout_s": {"type": "int", "default": 0},
+            "publish": {"type": "list", "elements": "str", "default": ["*"]},
             "return_facts": {"type": "bool", "default": False},
             "lock_run_id": {"type": "str", "default": ""},
         },
@@ -191,8 +200,13 @@ def main():
             params["repo_id"] = "cuda-%s-%s" % (plat.repo_dir, plat.arch_dir)
     facts = c.collect(sections, params, io, policy_names=policy_names(stack))
     result = ev.evaluate(components, facts, stack, check_mode=module.check_mode)
+    published = [
+        check
+        for check in result["checks"]
+        if any(fnmatch.fnmatchcase(check["id"], pattern) for pattern in module.params["publish"])
+    ]
     ansible_facts = {
-        "provision_checks": result["checks"],
+        "provision_checks": published,
         "provision_report": result["report"],
         "provision_plan": result["plan"],
     }

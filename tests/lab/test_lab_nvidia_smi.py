@@ -15,7 +15,7 @@ from lab.payload import PAYLOAD_DIR
 from lab.profiles import PROFILE_DIR, host_description, profile_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GPU_FACTS = REPO_ROOT / "plugins" / "modules" / "nvidia_gpu_facts.py"
+GPU_FACTS = REPO_ROOT / "plugins" / "module_utils" / "gpu.py"  # gather(run), what the probe runs
 QUERY = (
     "index,name,uuid,memory.total,pci.bus_id,persistence_mode,ecc.mode.current,"
     "mig.mode.current,driver_version,count,compute_cap"
@@ -188,8 +188,8 @@ def test_550_reports_cuda_12_4_and_persistence_flag(tmp_path):
 
 def _gpu_facts_module():
     if not GPU_FACTS.exists():
-        pytest.fail(f"{GPU_FACTS} is missing (owned by the roles engineer)")
-    spec = importlib.util.spec_from_file_location("nvidia_gpu_facts", GPU_FACTS)
+        pytest.fail(f"{GPU_FACTS} is missing")
+    spec = importlib.util.spec_from_file_location("provision_gpu_facts", GPU_FACTS)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

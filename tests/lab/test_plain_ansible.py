@@ -13,8 +13,10 @@ playbooks/check.yml`) on the provisioned host reports no drift and changes nothi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,12 @@ def example_shaped_inventory(fleet: Any, directory: Path) -> Path:
     return directory
 
 
+def short_home() -> Path:
+    home = Path(tempfile.gettempdir()) / f"pa-home-{os.getpid()}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    return home
+
+
 def ansible_playbook(
     tmp: Path, name: str, inventory: Path, extra_vars: Path, *args: str
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -103,7 +111,9 @@ def ansible_playbook(
     outcome = tmp / f"{name}.json"
     env = {
         "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": str(tmp / "home"),
+        # a short HOME, as a real user's: OpenSSH's ControlPath under ~/.ansible/cp must fit a
+        # Unix socket name (108 bytes), which pytest's tmp_path does not
+        "HOME": str(short_home()),
         "LANG": "C.UTF-8",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",

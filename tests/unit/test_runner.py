@@ -129,6 +129,38 @@ def test_real_run_of_the_demo_playbook(tmp_path: Path, monkeypatch: pytest.Monke
     assert not (r.artifacts / "env").exists()
 
 
+def test_the_recorded_command_reruns_with_the_kept_masked_extravars(tmp_path: Path) -> None:
+    """The private data dir is gone after the run: the recorded command points at a copy of the
+    extra variables in the artifacts, 0600, secrets masked, and reruns as is."""
+    r = runner.run_playbook(
+        req(
+            tmp_path,
+            limit="h-ok,h-changed",
+            extravars={"demo_change": False, "vault_password": "hunter2"},
+            become=None,
+        ),
+        lambda _e: None,
+    )
+    kept = r.artifacts / "extravars"
+    assert kept.stat().st_mode & 0o777 == 0o600
+    data = json.loads(kept.read_text(encoding="utf-8"))
+    assert data["demo_change"] is False and data["vault_password"] != "hunter2"
+    recorded = json.loads((r.artifacts / "command").read_text(encoding="utf-8"))
+    assert f"@{kept}" in recorded["command"] and f"@{kept}" in r.command
+    assert not any("provision-pdd-" in c for c in recorded["command"])
+    rerun = subprocess.run(
+        recorded["command"],
+        cwd=recorded["cwd"],
+        env=recorded["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert "changed=0" in rerun.stdout
+
+
 def test_ansible_playbook_sees_only_the_filtered_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
