@@ -271,8 +271,14 @@ def project(b: Bench, sizes: dict[str, Any], cpu_per_host: float) -> dict[str, A
         cpu_s_per_host=cpu_per_host,
         wall_s_per_host=wall,
     )
+    from provisioner.session import default_forks  # noqa: PLC0415
+
+    cli_forks = default_forks("check", b.s.p7_nodes, b.s.p7_cores)
     cli_default = model.Projection(
-        nodes=b.s.p7_nodes, cores=b.s.p7_cores, forks=16, cpu_s_per_host=cpu_per_host,
+        nodes=b.s.p7_nodes,
+        cores=b.s.p7_cores,
+        forks=cli_forks,
+        cpu_s_per_host=cpu_per_host,
         wall_s_per_host=wall,
     )
     lines = p.arithmetic()
@@ -295,7 +301,8 @@ def project(b: Bench, sizes: dict[str, Any], cpu_per_host: float) -> dict[str, A
             "takes as long as one host alone while the controller has CPU to spare); controller "
             "CPU per host from the largest P3 fleet; hosts answer like lab hosts (loopback SSH)"
         ),
-        at_cli_default_forks_16=cli_default.arithmetic()[-1],
+        cli_default_forks=cli_forks,
+        at_cli_default_forks=cli_default.arithmetic()[-1],
     )
 
 

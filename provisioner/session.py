@@ -44,7 +44,18 @@ from provisioner.state import StateDir, default_state, new_run_id
 
 __all__ = ["Settings", "execute", "probe_options", "resolve_targets", "versions"]
 
-DEFAULT_MAX_FORKS = 16  # without --forks: one fork per host, up to this many
+DEFAULT_MAX_FORKS = 16  # without --forks: one fork per host, up to this many ...
+CHECK_FORKS_PER_CPU = 4  # ... or, for the read-only check, up to this many per controller CPU
+
+
+def default_forks(command: str, hosts: int, cpus: int | None = None) -> int:
+    """Forks without --forks: one per host, at most 16 for runs that change hosts (package
+    downloads share the mirror), at most 4 per controller CPU (and at least 16) for `check`, whose
+    forks mostly wait on SSH (about 0.4 controller CPU-seconds per host; docs/benchmarks.md P7)."""
+    cap = DEFAULT_MAX_FORKS
+    if command == "check":
+        cap = max(DEFAULT_MAX_FORKS, CHECK_FORKS_PER_CPU * (cpus or os.cpu_count() or 1))
+    return max(1, min(hosts, cap))
 PLAYBOOKS = {"run": "site.yml", "check": "check.yml", "validate": "validate.yml"}
 
 
@@ -288,7 +299,7 @@ def _ansible(
             check=s.ansible_check,
             diff=bool(s.diff),
             verbosity=s.verbosity,
-            forks=s.forks or min(len(out.good), DEFAULT_MAX_FORKS),
+            forks=s.forks or default_forks(s.command, len(out.good)),
             become=s.become is not False,
             become_password=become_password,
             secrets=secrets.union(*(t.secrets for t in tg.targets)),
