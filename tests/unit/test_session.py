@@ -191,11 +191,9 @@ def test_unwritable_report_dir_is_a_usage_error(tmp_path: Path, demo_content: Pa
 
 
 def test_default_forks_check_scales_with_the_controller_runs_stay_at_16() -> None:
-    from provisioner.session import default_forks
-
-    assert default_forks("run", 1000, cpus=16) == 16
-    assert default_forks("validate", 1000, cpus=16) == 16
-    assert default_forks("check", 1000, cpus=16) == 64  # P7: 1,000 nodes from 16 cores
-    assert default_forks("check", 1000, cpus=2) == 16
-    assert default_forks("check", 3, cpus=16) == 3
-    assert default_forks("check", 0, cpus=16) == 1
+    assert session.default_forks("run", 1000, cpus=16) == 16
+    assert session.default_forks("validate", 1000, cpus=16) == 16
+    assert session.default_forks("check", 1000, cpus=16) == 64  # P7: 1,000 nodes from 16 cores
+    assert session.default_forks("check", 1000, cpus=2) == 16
+    assert session.default_forks("check", 3, cpus=16) == 3
+    assert session.default_forks("check", 0, cpus=16) == 1
