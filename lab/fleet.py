@@ -62,8 +62,10 @@ class Fleet:
         repo_url: str | None,
         wheels_url: str | None,
         personality: str = personality_mod.DEFAULT,
+        repo_key_fingerprints: Sequence[str] = (),
     ) -> None:
         self.id = fleet_id
+        self.repo_key_fingerprints = list(repo_key_fingerprints)
         self.personality = personality
         self.dir = path
         self.lab_path = lab_path
@@ -90,6 +92,7 @@ class Fleet:
         boot: bool = True,
         archive_url: str | None = None,
         archive_key: bytes | None = None,
+        repo_key_fingerprints: Sequence[str] = (),
     ) -> Fleet:
         """Create and boot n hosts; profiles[i] (the last one repeats) is host i's GPU profile.
         The base's personality decides the OS; archive_url/archive_key (the lab's slice of the
@@ -125,6 +128,7 @@ class Fleet:
             repo_url=repo_url,
             wheels_url=wheels_url,
             personality=base.personality or personality_mod.DEFAULT,
+            repo_key_fingerprints=repo_key_fingerprints,
         )
         if not detached:
             _LIVE[fleet_id] = fleet
@@ -142,7 +146,13 @@ class Fleet:
             fleet.extra_vars_path.write_text(
                 "# the lab cannot load kernel modules: roles skip modprobe/initramfs; the headers\n"
                 "# are installed all the same (the lab's DKMS builds only where they are)\n"
-                "gpu_stack_kernel_modules: false\ngpu_stack_kernel_headers: true\n",
+                "gpu_stack_kernel_modules: false\ngpu_stack_kernel_headers: true\n"
+                "# the lab's NVIDIA repositories are signed with the lab's own key (a re-signed\n"
+                "# mirror, as far as the roles can tell): cuda-keyring holds that key\n"
+                + yaml.safe_dump(
+                    {"gpu_stack_repo_key_fingerprints": fleet.repo_key_fingerprints},
+                    default_flow_style=False,
+                ),
                 encoding="utf-8",
             )
             if repo_url and wheels_url:
@@ -167,6 +177,7 @@ class Fleet:
             repo_url=data.get("repo_url"),
             wheels_url=data.get("wheels_url"),
             personality=data.get("personality", personality_mod.DEFAULT),
+            repo_key_fingerprints=data.get("repo_key_fingerprints", []),
         )
 
     def _save(self) -> None:
@@ -180,6 +191,7 @@ class Fleet:
                     "repo_url": self.repo_url,
                     "wheels_url": self.wheels_url,
                     "personality": self.personality,
+                    "repo_key_fingerprints": self.repo_key_fingerprints,
                     "hosts": [h.to_json() for h in self.hosts],
                 },
                 indent=2,
@@ -235,6 +247,7 @@ class Fleet:
                     ),
                     "gpu_stack_kernel_modules": False,
                     "gpu_stack_kernel_headers": True,
+                    "gpu_stack_repo_key_fingerprints": self.repo_key_fingerprints,
                     "lab_personality": self.personality,
                     "lab_torch_venv": personality_mod.get(self.personality).torch,
                 },

@@ -230,6 +230,7 @@ class Lab:
                 if p.package_manager == "dnf"
                 else self.repo.archive_keyring.read_bytes()
             ),
+            repo_key_fingerprints=self.repo.key_fingerprints,
         )
 
     def fleets(self) -> list[Fleet]:

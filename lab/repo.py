@@ -49,6 +49,8 @@ def rpm_tools_missing() -> list[str]:
 DEFAULT_DISTRO_ARCH = "ubuntu2204/x86_64"
 KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 ARCHIVE_KEYRING = "archive-keyring.gpg"
+# the fingerprints of the NVIDIA repositories' (throwaway) key, one a line
+NVIDIA_KEY_FPR = "nvidia-key.fpr"
 # the file of lab/payload a {program: ...} file spec installs (version-baked where it has a marker)
 PROGRAMS = {
     "nvidia-smi": "nvidia_smi.py",
@@ -72,6 +74,13 @@ class Repo:
 
     def dir_for(self, distro_arch: str) -> Path:
         return self.root / REPO_SUBDIR / distro_arch
+
+    @property
+    def key_fingerprints(self) -> list[str]:
+        """The fingerprints of the key this lab's NVIDIA repositories (and cuda-keyring) carry:
+        the lab's gpu_stack_repo_key_fingerprints, as a site's re-signed mirror would set it."""
+        path = self.root / NVIDIA_KEY_FPR
+        return path.read_text(encoding="utf-8").split() if path.exists() else []
 
     @property
     def repos_url(self) -> str:
@@ -290,6 +299,13 @@ class Signer:
     def _env(self) -> dict[str, str]:
         return clean_env(GNUPGHOME=str(self.home))
 
+    def fingerprints(self) -> list[str]:
+        """The key's fingerprints as gpg lists them (what gpu_stack_repo_key_fingerprints takes)."""
+        listing = run(
+            ["gpg", "--homedir", self.home, "--list-keys", "--with-colons"], env=self._env()
+        ).stdout
+        return [line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:")]
+
     def _gpg(self, *args: str) -> None:
         run(["gpg", "--batch", "--quiet", "--homedir", self.home, *args], env=self._env())
 
@@ -439,6 +455,10 @@ def build_repo(
             tmp / "nvidia", "cudatools (provision lab throwaway key) <cudatools@nvidia.invalid>"
         )
         try:
+            (root / NVIDIA_KEY_FPR).parent.mkdir(parents=True, exist_ok=True)
+            (root / NVIDIA_KEY_FPR).write_text(
+                "\n".join(nvidia.fingerprints()) + "\n", encoding="utf-8"
+            )
             for name in nvidia_models:
                 m = model_mod.load(name)
                 if m.kind == "nvidia-rpm":

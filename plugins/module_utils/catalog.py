@@ -224,6 +224,14 @@ CATALOG = {
         "NVIDIA's Debian driver packages depend on",
         "remediation": "run `provision` on the host (it adds contrib)",
     },
+    "repo.key": {
+        "verifies": "Debian family: the keyring apt checks NVIDIA's repository with "
+        "(/usr/share/keyrings/cuda-archive-keyring.gpg, from cuda-keyring) holds one of "
+        "gpu_stack_repo_key_fingerprints (NVIDIA's key 3bf863cc by default); a keyring from a "
+        "mirror that is not NVIDIA's stops the run before any package comes from it",
+        "remediation": "compare the keyring with NVIDIA's key (gpg --show-keys); for a mirror "
+        "re-signed with a site key, add that key's fingerprint to gpu_stack_repo_key_fingerprints",
+    },
     "repo.source": {
         "verifies": "exactly one sources entry (or .repo) for NVIDIA's repository, "
         "and it carries the stack's CUDA toolkit",

@@ -237,6 +237,9 @@ def apt_policy_section(io: HostIO, names: list[str]) -> dict[str, Any]:
     return policy
 
 
+KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"  # what cuda-keyring installs
+
+
 def sources_section(io: HostIO, plat: Platform) -> dict[str, Any]:
     files: dict[str, str] = {}
     if plat.apt:
@@ -245,18 +248,26 @@ def sources_section(io: HostIO, plat: Platform) -> dict[str, Any]:
             for f in io.listdir("/etc/apt/sources.list.d")
             if f.endswith((".list", ".sources"))
         ]
-        keyring = io.exists("/usr/share/keyrings/cuda-archive-keyring.gpg")
+        key_data = io.read_bytes(KEYRING)
+        keyring = key_data is not None
+        fingerprints = p.openpgp_fingerprints(key_data) if key_data else []
         apt_key = io.which("apt-key") is not None and io.which("gpg") is not None
     else:
         candidates = [
             "/etc/yum.repos.d/" + f for f in io.listdir("/etc/yum.repos.d") if f.endswith(".repo")
         ]
         keyring = apt_key = False
+        fingerprints = []
     for path in candidates:
         text = io.read(path)
         if text is not None:
             files[path] = text
-    return {"files": files, "keyring": keyring, "apt_key": apt_key}
+    return {
+        "files": files,
+        "keyring": keyring,
+        "keyring_fingerprints": fingerprints,
+        "apt_key": apt_key,
+    }
 
 
 def dnf_available_section(io: HostIO, repo_id: str, package: str) -> dict[str, Any]:

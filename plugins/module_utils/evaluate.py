@@ -483,6 +483,46 @@ class Judge(object):
         return lines
 
     # ------------------------------------------------------------------ repository
+    def _repo_key_check(self, src: dict[str, Any]) -> None:
+        """The keyring apt verifies NVIDIA's repository with holds the expected key: cuda-keyring
+        comes over HTTPS from the mirror, and whoever controls the mirror controls the keyring."""
+        wanted = [
+            str(f).replace(" ", "").upper()
+            for f in (self.stack.get("repo") or {}).get("key_fingerprints") or []
+        ]
+        if not wanted:
+            self.add("repo.key", "skip", None, None, "no key fingerprints configured", "")
+            return
+        have = [str(f) for f in src.get("keyring_fingerprints") or []]
+        path = "/usr/share/keyrings/cuda-archive-keyring.gpg"
+        if not src.get("keyring"):
+            status = "drift" if self.check_mode else "fail"
+            actual = "no keyring"
+            msg = "%s is not installed yet (cuda-keyring)" % path
+        elif set(wanted) & set(have):
+            status, actual, msg = "pass", " ".join(sorted(set(wanted) & set(have))), "key verified"
+        else:
+            status = "fail"
+            actual = " ".join(have) or "no OpenPGP key"
+            msg = (
+                "%s holds %s, not the expected repository key: the cuda-keyring package from "
+                "the mirror is not NVIDIA's (or the mirror is re-signed with a key not listed in "
+                "gpu_stack_repo_key_fingerprints); nothing is installed from it"
+                % (path, actual)
+            )
+        self.add(
+            "repo.key",
+            status,
+            "one of " + " ".join(wanted),
+            actual,
+            msg,
+            "" if status == "pass" else (
+                "compare the keyring with NVIDIA's key (gpg --show-keys %s); if the mirror is "
+                "yours and re-signed, add its key's fingerprint to gpu_stack_repo_key_fingerprints"
+                % path
+            ),
+        )
+
     def repo(self) -> None:
         plat = self.plat
         base = str((self.stack.get("mirrors") or {}).get("nvidia_repo") or "").rstrip("/")
@@ -557,6 +597,7 @@ class Judge(object):
             )
             if plat.family == "debian":
                 self._debian_contrib_check(files)
+            self._repo_key_check(src)
         elif plat.family == "redhat":
             repo_id = "cuda-%s-%s" % (plat.repo_dir, plat.arch_dir)
             plan.update(

@@ -9,6 +9,8 @@ captured output where a public capture exists (tests/unit/fixtures/captures/SOUR
 
 from __future__ import absolute_import, annotations, division, print_function
 
+import base64
+import hashlib
 import re
 import shlex
 from typing import Any
@@ -393,3 +395,83 @@ def parse_dpkg_lock_holder(text: str) -> tuple[int, str] | None:
     if not m:
         return None
     return int(m.group(1)), m.group(2) or ""
+
+
+# ------------------------------------------------------------------------------------- OpenPGP
+def _pgp_unarmor(data: bytes) -> bytes:
+    """An ASCII-armored key block's binary packets (RFC 4880 section 6.2); binary input as is."""
+    text = data.decode("ascii", "replace")
+    if "-----BEGIN PGP" not in text:
+        return data
+    body: list[str] = []
+    started = False
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("-----BEGIN PGP"):
+            started, body = True, []
+            continue
+        if s.startswith("-----END PGP"):
+            break
+        if not started:
+            continue
+        if ":" in s and not body:  # an armor header (Version: ...)
+            continue
+        if s.startswith("=") and len(s) == 5:  # the CRC24 checksum line
+            continue
+        body.append(s)
+    try:
+        return base64.b64decode("".join(body))
+    except (ValueError, TypeError):
+        return b""
+
+
+def openpgp_fingerprints(data: bytes) -> list[str]:
+    """The fingerprints (upper-case hex) of every primary key and subkey in an OpenPGP keyring or
+    key block, binary or armored: v4 is SHA-1 over 0x99, a two-octet length and the public-key
+    packet (RFC 4880 section 12.2), v6 SHA-256 over 0x9B and a four-octet length (RFC 9580
+    section 5.5.4). Malformed input ends the walk; what was read so far is returned."""
+    raw = _pgp_unarmor(data)
+    out: list[str] = []
+    i, n = 0, len(raw)
+    while i < n:
+        first = raw[i]
+        if not first & 0x80:
+            break
+        if first & 0x40:  # new format
+            tag = first & 0x3F
+            if i + 1 >= n:
+                break
+            o1 = raw[i + 1]
+            if o1 < 192:
+                length, head = o1, 2
+            elif o1 < 224:
+                if i + 2 >= n:
+                    break
+                length, head = ((o1 - 192) << 8) + raw[i + 2] + 192, 3
+            elif o1 == 255:
+                if i + 5 >= n:
+                    break
+                length, head = int.from_bytes(raw[i + 2 : i + 6], "big"), 6
+            else:  # partial body lengths never occur in key packets
+                break
+        else:  # old format
+            tag = (first >> 2) & 0x0F
+            ltype = first & 0x03
+            if ltype == 3:
+                break
+            size = (1, 2, 4)[ltype]
+            if i + size >= n:
+                break
+            length, head = int.from_bytes(raw[i + 1 : i + 1 + size], "big"), 1 + size
+        body = raw[i + head : i + head + length]
+        if len(body) < length:
+            break
+        if tag in (6, 14) and body:
+            if body[0] == 4:
+                digest = hashlib.sha1(b"\x99" + len(body).to_bytes(2, "big") + body)  # noqa: S324
+                out.append(digest.hexdigest().upper())
+            elif body[0] == 6:
+                digest = hashlib.sha256(b"\x9b" + len(body).to_bytes(4, "big") + body)
+                out.append(digest.hexdigest().upper())
+        i += head + length
+    return out

@@ -186,6 +186,13 @@ class FakeHost(c.HostIO):
         return self
 
 
+def role_default(role: str, name: str) -> Any:
+    """A role variable's default, from the one schema (provisioner/data/role-variables.yml)."""
+    from provisioner import rolegen  # noqa: PLC0415
+
+    return rolegen.resolve_variables(rolegen.load_schema())[role][name]["default"]
+
+
 def stack(**over: Any) -> dict[str, Any]:
     """gpu_stack_desired for the default stack (from the CLI's own mapping), with overrides in
     dotted form: stack(**{"driver.version": "535.129.03"})."""
@@ -232,7 +239,8 @@ def stack(**over: Any) -> dict[str, Any]:
             "find_links": "",
         },
         "mirrors": {"nvidia_repo": v["gpu_stack_mirrors_nvidia_repo"], "carries": []},
-        "repo": {"keyring_version": "1.1-1"},
+        "repo": {"keyring_version": "1.1-1", "key_fingerprints": role_default(
+            "gpu_stack", "gpu_stack_repo_key_fingerprints")},
         "env": {"profile_file": "/etc/profile.d/cuda.sh", "neutralize_foreign": True},
         "preflight": {
             "require_gpu": True,

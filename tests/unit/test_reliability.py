@@ -357,7 +357,11 @@ def test_no_secret_from_any_input_lands_in_what_the_run_writes(tmp_path: Path) -
         for path, text in written.items():
             assert secret not in text, (where, path)
     (command,) = [t for f, t in written.items() if f.name == "command"]
-    assert "/env/extravars" in command and "api_token" not in command
+    assert "api_token" not in command
+    # the command points at the run's kept copy of the extra variables, secrets masked
+    (kept,) = [f for f in written if "/runs/" in str(f) and f.name == "extravars"]
+    assert f"@{kept}" in command and "provision-pdd-" not in command
+    assert json.loads(written[kept])["api_token"] == "********"
 
 
 def test_extra_vars_reach_ansible_through_a_0600_file(tmp_path: Path) -> None:
