@@ -10,16 +10,40 @@ import sys
 import time
 from pathlib import Path
 
+from lab.fleet import Fleet
 from lab.lab import Lab, unavailable_reason
 from lab.util import LabError
 
 EXIT_SETUP = 4
+PROFILE = "h100-sxm-8"
+
+
+def provision_command(fleet: Fleet, report_dir: Path) -> list[str]:
+    """The `provision` run of `make demo` against a one-host lab fleet (tests/lab runs the same)."""
+    host = fleet.hosts[0]
+    return [
+        sys.executable,
+        "-m",
+        "provisioner",
+        "--host",
+        f"{host.user}@{host.address}",
+        "--key",
+        str(host.key),
+        "--known-hosts",
+        str(fleet.known_hosts),
+        "--stack",
+        str(fleet.stack_path),
+        "--report-dir",
+        str(report_dir),
+        "-e",
+        f"@{fleet.extra_vars_path}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.demo")
     parser.add_argument("--report-dir", default="demo-report", type=Path)
-    parser.add_argument("--profile", default="h100-sxm-8")
+    parser.add_argument("--profile", default=PROFILE)
     parser.add_argument("--personality", default=None, help="host personality (default ubuntu2204)")
     args = parser.parse_args(argv)
     reason = unavailable_reason()
@@ -42,23 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             f"at {host.address}; repo {repo.repos_url}",
             flush=True,
         )
-        cmd = [
-            sys.executable,
-            "-m",
-            "provisioner",
-            "--host",
-            f"{host.user}@{host.address}",
-            "--key",
-            str(host.key),
-            "--known-hosts",
-            str(fleet.known_hosts),
-            "--stack",
-            str(fleet.stack_path),
-            "--report-dir",
-            str(args.report_dir),
-            "-e",
-            f"@{fleet.extra_vars_path}",
-        ]
+        cmd = provision_command(fleet, args.report_dir)
         print("[lab] $ provision " + " ".join(cmd[3:]), flush=True)
         rc = subprocess.run(cmd, check=False).returncode
         print(

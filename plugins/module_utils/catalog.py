@@ -160,7 +160,8 @@ CATALOG = {
     "driver.pin": {
         "verifies": "apt preferences pin every driver package to the stack's branch or "
         "exact version (/etc/apt/preferences.d/provision-nvidia-driver), "
-        "so one transaction never mixes versions",
+        "so one transaction never mixes versions; beside an adopted Canonical "
+        "driver, only the fabric manager, at that driver's version",
         "remediation": "run `provision` on the host",
     },
     "driver.reboot": {

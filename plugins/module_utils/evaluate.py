@@ -783,7 +783,15 @@ class Judge(object):
             "driver packages held against unattended upgrades",
             self.fix,
         )
-        pin = plat.apt_pin(b, v) if plat.apt and not adopted else ""
+        if not plat.apt:
+            pin = ""
+        elif not adopted:
+            pin = plat.apt_pin(b, v)
+        else:
+            # an adopted Canonical driver is not pinned, but NVIDIA's fabric manager beside it
+            # must be at its version (nv-fabricmanager refuses another driver version), not the
+            # newest of the branch
+            pin = plat.apt_pin(b, user, only=fm_names) if want_fm and user else ""
         self._pin_check(pin)
         self._persistence_check()
         self._fabricmanager_check(want_fm, fm_names, user, expected_version)
@@ -1090,7 +1098,14 @@ class Judge(object):
         # upgrade past the pin, or an older pin): `state: latest` moves them to the pin's
         # candidate; `present` would leave them (apt keeps what satisfies the dependencies)
         resync = []
-        if plat.apt and v and not adopted:
+        if plat.apt and adopted and want_fm:
+            # the fabric manager at another version than the adopted driver's
+            resync = sorted(
+                n
+                for n in fm_names
+                if n in inst and upstream_version(inst[n]["version"]) != ds["userspace"]
+            )
+        elif plat.apt and v and not adopted:
             resync = sorted(
                 n
                 for n in ds["family"]

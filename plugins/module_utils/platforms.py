@@ -213,13 +213,20 @@ class Platform(object):
         with (and a real 580 package in NVIDIA's repo): never install it there (U1)."""
         return self.family == "ubuntu"
 
-    def apt_pin(self, branch: str, version: str) -> str:
+    def apt_pin(self, branch: str, version: str, only: list[str] | None = None) -> str:
         """apt preferences that make the branch (or the exact version) every driver package's
         candidate, so that a transaction never mixes versions (exact (=) dependencies) and an older
-        version of the branch installs (U1, U2)."""
+        version of the branch installs (U1, U2). `only`: pin just these packages (the fabric
+        manager beside an adopted Canonical driver, at that driver's version)."""
         if not self.apt:
             return ""
         pin = "version %s-*" % version if version else "version %s.*" % branch
+        if only:
+            return (
+                "# Managed by provision (nvidia_driver role): the fabric manager at the adopted "
+                "driver's version %s\nPackage: %s\nPin: %s\nPin-Priority: 1001\n"
+                % (version, " ".join(only), pin)
+            )
         if self.family == "ubuntu":
             names = (
                 r"/^(cuda-drivers(-fabricmanager)?-%(b)s|nvidia-.*-%(b)s(-open)?|libnvidia-.*-%(b)s|"

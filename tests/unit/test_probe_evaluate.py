@@ -274,6 +274,37 @@ def test_canonical_server_driver_that_satisfies_the_stack_is_adopted() -> None:
     assert judge(h, ["driver"])["by_id"]["driver.secure_boot"]["status"] == "pass"
 
 
+def test_fabric_manager_beside_an_adopted_canonical_driver_is_pinned_to_its_version() -> None:
+    """nv-fabricmanager refuses a driver of another version (NVIDIA's fabric manager guide); the
+    branch's newest in NVIDIA's repository is not the adopted -server driver's version (found by
+    tests/lab/test_real_repo_cases.py: 535.154.05 installed beside 535.129.03 failed to start)."""
+    h = FakeHost().gpus(V_OLD).dpkg(canonical("535", V_OLD))
+    r = judge(h, ["driver"])
+    plan = r["plan"]["driver"]
+    assert plan["adopted"] is True
+    assert plan["transactions"][-1][-2:] == ["nvidia-fabricmanager-535", "libnvidia-nscq-535"]
+    assert plan["pin_file"] == "/etc/apt/preferences.d/provision-nvidia-driver"
+    lines = plan["pin_content"].splitlines()
+    assert lines[1:] == [
+        "Package: nvidia-fabricmanager-535 libnvidia-nscq-535",
+        f"Pin: version {V_OLD}-*",
+        "Pin-Priority: 1001",
+    ]
+    assert r["by_id"]["driver.pin"]["status"] == "fail"  # not written yet
+    # a fabric manager already at another version is moved to the adopted driver's
+    fm = {"nvidia-fabricmanager-535": f"{V_NEW}-1", "libnvidia-nscq-535": f"{V_NEW}-1"}
+    h.dpkg({**canonical("535", V_OLD), **fm})
+    h.files["/etc/apt/preferences.d/provision-nvidia-driver"] = plan["pin_content"]
+    r = judge(h, ["driver"])
+    assert r["plan"]["driver"]["resync"] == ["libnvidia-nscq-535", "nvidia-fabricmanager-535"]
+    assert r["by_id"]["driver.pin"]["status"] == "pass"
+    assert r["by_id"]["driver.fabricmanager"]["status"] == "fail"
+    # no NVSwitch: no fabric manager, no pin
+    plain = judge(FakeHost().gpus(V_OLD, nvswitch=False).dpkg(canonical("535", V_OLD)), ["driver"])
+    assert plain["plan"]["driver"]["pin_file"] == ""
+    assert "driver.pin" not in plain["by_id"]
+
+
 def test_canonical_server_driver_of_another_branch_is_replaced_with_a_plan_line() -> None:
     h = FakeHost().gpus("550.127.08", nvswitch=False).dpkg(canonical("550", "550.127.08"))
     r = judge(h, ["preflight", "driver"])
