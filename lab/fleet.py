@@ -22,6 +22,7 @@ from lab import personality as personality_mod
 from lab.base import ADMIN_USER, Base
 from lab.hosts import Host, HostRuntime, RunResult
 from lab.profiles import load_profile
+from lab.repo import REPO_SUBDIR, epel_urls
 from lab.util import LabError, remove_tree
 
 MAX_HOSTS = 16
@@ -146,13 +147,7 @@ class Fleet:
             fleet.extra_vars_path.write_text(
                 "# the lab cannot load kernel modules: roles skip modprobe/initramfs; the headers\n"
                 "# are installed all the same (the lab's DKMS builds only where they are)\n"
-                "gpu_stack_kernel_modules: false\ngpu_stack_kernel_headers: true\n"
-                "# the lab's NVIDIA repositories are signed with the lab's own key (a re-signed\n"
-                "# mirror, as far as the roles can tell): cuda-keyring holds that key\n"
-                + yaml.safe_dump(
-                    {"gpu_stack_repo_key_fingerprints": fleet.repo_key_fingerprints},
-                    default_flow_style=False,
-                ),
+                + yaml.safe_dump(fleet.lab_vars(), sort_keys=False, default_flow_style=False),
                 encoding="utf-8",
             )
             if repo_url and wheels_url:
@@ -233,6 +228,24 @@ class Fleet:
         """Variables every lab run needs (for `-e @file` with `--host`; the inventory has them)."""
         return self.dir / "lab-vars.yml"
 
+    def lab_vars(self) -> dict[str, Any]:
+        """Variables every run against this fleet needs: the lab cannot load kernel modules (the
+        headers are installed all the same: the lab's DKMS builds only where they are); EL: EPEL
+        from the lab's server instead of dl.fedoraproject.org."""
+        out: dict[str, Any] = {"gpu_stack_kernel_modules": False, "gpu_stack_kernel_headers": True}
+        if self.repo_key_fingerprints:
+            # the lab's NVIDIA repositories are signed with the lab's own key (a re-signed mirror,
+            # as far as the roles can tell): the lab's cuda-keyring holds that key (repo.key)
+            out["gpu_stack_repo_key_fingerprints"] = list(self.repo_key_fingerprints)
+        suffix = "/" + REPO_SUBDIR
+        if personality_mod.get(self.personality).package_manager == "dnf" and self.repo_url:
+            base = self.repo_url[: -len(suffix)] if self.repo_url.endswith(suffix) else ""
+            if base:
+                release, key = epel_urls(base)
+                out["nvidia_repo_el_epel_release_url"] = release
+                out["nvidia_repo_el_epel_key_url"] = key
+        return out
+
     def inventory(self) -> dict[str, Any]:
         key = self.hosts[0].key
         return {
@@ -245,9 +258,7 @@ class Fleet:
                     "ansible_ssh_common_args": (
                         f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes"
                     ),
-                    "gpu_stack_kernel_modules": False,
-                    "gpu_stack_kernel_headers": True,
-                    "gpu_stack_repo_key_fingerprints": self.repo_key_fingerprints,
+                    **self.lab_vars(),
                     "lab_personality": self.personality,
                     "lab_torch_venv": personality_mod.get(self.personality).torch,
                 },

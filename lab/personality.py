@@ -40,6 +40,14 @@ RPMDB_PROVIDES = (
     "dnf",
     "rpm",
 )
+# EL9's glibc.spec (rpms/glibc, rhbz#1380878) runs ldconfig from rpm file triggers on the library
+# directories (%transfiletriggerin/%transfiletriggerpostun common -P 2000000 -- /lib /usr/lib /lib64
+# /usr/lib64), so a library an rpm installs is in the linker cache when the transaction ends; the
+# lab's userland rpm carries the same triggers (Debian's glibc is not in the rpm database)
+RPMDB_TRIGGERS = {
+    "transfiletriggerin -P 2000000 -- /lib /usr/lib /lib64 /usr/lib64": "/sbin/ldconfig\n",
+    "transfiletriggerpostun -P 2000000 -- /lib /usr/lib /lib64 /usr/lib64": "/sbin/ldconfig\n",
+}
 
 
 @dataclass(frozen=True)
@@ -192,6 +200,12 @@ PERSONALITIES["el9"] = Personality(
         "usr/lib/os-release": ROCKY_OS_RELEASE,
         "etc/dnf/vars/releasever": "9\n",
         "etc/yum.repos.d/.keep": "",
+        # EL9's glibc searches /usr/lib64 by default (its x86_64 libdir); Debian's does not, so the
+        # libraries NVIDIA's rpms put there (libcuda, libcudnn, libnccl) need this line in the lab
+        "etc/ld.so.conf.d/provision-lab-el9-lib64.conf": (
+            "# provision lab: EL9's default library directory (Debian's ld.so does not search it)\n"
+            "/usr/lib64\n"
+        ),
     },
     links={"etc/os-release": "../usr/lib/os-release"},
     apt_install=("dnf", "python3-dnf", "dnf-plugins-core", "rpm", "python3-rpm"),
@@ -221,7 +235,7 @@ def _layer_hash(p: Personality, base_path: Path) -> str:
             "links": p.links,
             "apt": p.apt_install,
             "hide": p.hide,
-            "rpmdb": [p.rpmdb, RPMDB_PROVIDES],
+            "rpmdb": [p.rpmdb, RPMDB_PROVIDES, RPMDB_TRIGGERS],
             "base": base_path.name,
         },
         sort_keys=True,
@@ -377,6 +391,7 @@ def _rpmdb(merged: Path, final: Path) -> None:
         "What the Debian userland under this presented EL9 provides (provision lab)",
         arch="noarch",
         provides=list(RPMDB_PROVIDES),
+        scripts=dict(RPMDB_TRIGGERS),
     )
     run(["chroot", merged, "rpm", "--initdb"], env=clean_env())
     for pkg in (rel, base):

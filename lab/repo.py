@@ -60,6 +60,12 @@ PROGRAMS = {
 }
 
 
+def epel_urls(base_url: str) -> tuple[str, str]:
+    """(epel-release rpm, EPEL key) on the lab server at base_url: the values of the nvidia_repo
+    role's nvidia_repo_el_epel_release_url / nvidia_repo_el_epel_key_url in a lab fleet."""
+    return f"{base_url}/epel/{EPEL_RELEASE}", f"{base_url}/epel/RPM-GPG-KEY-EPEL-9"
+
+
 @dataclass(frozen=True)
 class Repo:
     """The built repositories: `root` is served at `base_url`."""
@@ -112,11 +118,11 @@ class Repo:
     @property
     def epel_release_url(self) -> str:
         """The lab's epel-release rpm (its .repo points at the lab's EPEL slice)."""
-        return f"{self.base_url}/epel/{EPEL_RELEASE}"
+        return epel_urls(self.base_url)[0]
 
     @property
     def epel_key_url(self) -> str:
-        return f"{self.base_url}/epel/RPM-GPG-KEY-EPEL-9"
+        return epel_urls(self.base_url)[1]
 
     def with_distro(self, distro_arch: str) -> Repo:
         return Repo(root=self.root, base_url=self.base_url, distro_arch=distro_arch)
@@ -574,7 +580,20 @@ def _modules_yaml(repo_model: model_mod.RepoModel, built: list[Rpm]) -> str:
         rpms = by_branch.get(branch, [])
         kmod = str(stream["kmod"])
         other_kmods = {"kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms"} - {kmod}
-        members = [r for r in rpms if r.name not in other_kmods]
+        # genmodules.py lists every version of the branch's BRANCH_PKGS and OPTIONAL_PKGS
+        # (all_rpms_from_pkgname) but only the newest kmod of the branch (latest_rpm_from_pkgname
+        # with branch.version()): an older kmod is a non-modular package whose name an enabled
+        # stream carries, so dnf's modular filtering hides it
+        newest = max(
+            (tuple(int(x) for x in r.version.split(".")) for r in rpms if r.name == kmod),
+            default=(),
+        )
+        members = [
+            r
+            for r in rpms
+            if r.name not in other_kmods
+            and (r.name != kmod or tuple(int(x) for x in r.version.split(".")) == newest)
+        ]
         fm = [str(x).replace("{B}", branch) for x in spec.get("fm_pkgs", [])]
         base_pkgs = [str(x) for x in spec["branch_pkgs"]] + [kmod]
         artifacts = sorted(

@@ -1050,6 +1050,15 @@ class Judge(object):
         if replace:
             remove += [n for n in ds["canonical"] if n not in remove]
         fm_installed = sorted(n for n in inst if re.match(plat.fabricmanager_re(), n))
+        if plat.family == "redhat":
+            # one fabric manager name for every branch on EL (nvidia-fabric-manager): dnf keeps
+            # another branch's installed one (`present`), and it would not start against the new
+            # module; it goes with the other branch's packages and is installed again
+            remove += [
+                n
+                for n in fm_installed
+                if plat.package_branch(n, inst[n]["version"]) not in (None, b) and n not in remove
+            ]
         fm_remove = [] if want_fm else fm_installed
         fm_remove += [
             n
@@ -1070,9 +1079,13 @@ class Judge(object):
         # one transaction where NVIDIA's order allows: headers and DKMS with the first, the fabric
         # manager (at the driver's version through the same pin) with the last
         transactions = [
-            list(t) for t in ([] if adopted else plat.driver_install(b, str(d.get("flavor"))))
+            list(t)
+            for t in ([] if adopted else plat.driver_install(b, str(d.get("flavor")), v))
         ]
         extra_last = list(fm_names) if want_fm else []
+        if want_fm and v and plat.family == "redhat":
+            # the fabric manager at exactly the driver version (R3); its rpm has no epoch
+            extra_last = ["%s-%s" % (n, v) for n in fm_names]
         if not transactions and (kernel_pkgs or extra_last):
             transactions = [[]]
         if transactions:

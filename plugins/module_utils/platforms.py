@@ -18,6 +18,11 @@ the source next to it:
   R1 NVIDIA/yum-packaging-precompiled-kmod:README.md, NVIDIA/cuda-repo-management:genmodules.py
      (dnf module streams <B>-dkms, <B>-open; profiles default, fm),
      NVIDIA/ansible-role-nvidia-driver:tasks/install-redhat.yml (@nvidia-driver:<B>-dkms).
+  R3 NVIDIA/gpu-driver-container:rhel9/install.sh (`dnf module enable nvidia-driver:<B>-dkms`, then
+     `dnf install nvidia-fabric-manager-<V>`: an exact version named inside the enabled stream);
+     genmodules.py lists every version of the branch's packages in the stream but only the newest
+     kmod-nvidia-latest-dkms / kmod-nvidia-open-dkms, so only the branch's newest version has a
+     kernel module package dnf will install (older kmods are hidden by modular filtering).
   R2 ansible/ansible#83357, #84769 and nodejs/build#4124: ansible-core >= 2.17 cannot manage
      packages on EL8 (the dnf bindings exist only for platform-python 3.6).
   L1 cuDNN 8 packages libcudnn8/libcudnn8-dev "<v>-1+cuda12.1" (deb) and "<v>-1.cuda12.1" (rpm);
@@ -113,8 +118,11 @@ class Platform(object):
         return True, "supported"
 
     # --------------------------------------------------------------------------- driver
-    def driver_install(self, branch: str, flavor: str) -> list[list[str]]:
-        """The driver install, as transactions in NVIDIA's documented order."""
+    def driver_install(self, branch: str, flavor: str, version: str = "") -> list[list[str]]:
+        """The driver install, as transactions in NVIDIA's documented order. On EL the module
+        stream locks the branch, not the version (R1): with an exact version the packages that
+        carry it are named with it beside the stream (R3), so that dnf installs exactly that
+        version or fails."""
         if self.family == "ubuntu":
             if flavor == "open":
                 # NVIDIA's guide: install the open kernel module package first, then the branch meta
@@ -125,7 +133,11 @@ class Platform(object):
             return [[module, "nvidia-driver-cuda", "nvidia-persistenced"]]
         if self.family == "redhat":
             stream = "%s-%s" % (branch, "open" if flavor == "open" else "dkms")
-            return [["@nvidia-driver:%s" % stream, "nvidia-persistenced"]]
+            if not version:
+                return [["@nvidia-driver:%s" % stream, "nvidia-persistenced"]]
+            kmod = "kmod-nvidia-open-dkms" if flavor == "open" else "kmod-nvidia-latest-dkms"
+            names = ["nvidia-driver", "nvidia-driver-cuda", kmod, "nvidia-persistenced"]
+            return [["@nvidia-driver:%s" % stream] + ["%s-%s" % (n, version) for n in names]]
         return []
 
     def driver_main_packages(self) -> list[str]:

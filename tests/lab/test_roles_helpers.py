@@ -34,12 +34,16 @@ def stack_vars(stack_path: Path, **overrides: Any) -> dict[str, Any]:
     return out
 
 
-# What a read-only run must never change: packages, holds, files under /etc, /usr/local and /opt
-# (path, type, size, mode, mtime, link target; content hashes under /etc, /usr/local); units.
+# What a read-only run must never change: packages (dpkg, and rpm where present), holds, files under
+# /etc, /usr/local and /opt (path, type, size, mode, mtime, link target; content hashes under /etc,
+# /usr/local); units.
 FINGERPRINT = r"""
 set -e
 echo '## dpkg'; dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' | sort
 echo '## holds'; apt-mark showhold | sort
+if command -v rpm >/dev/null; then
+  echo '## rpm'; rpm -qa --qf '%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\n' | sort
+fi
 echo '## files'
 find /etc /usr/local /opt -xdev -printf '%p %y %s %m %T@ %l\n' | sort
 echo '## content'

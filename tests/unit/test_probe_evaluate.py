@@ -341,6 +341,55 @@ def test_open_flavour_refused_on_pre_turing() -> None:
     assert r["by_id"]["driver.flavor"]["status"] == "fail"
 
 
+def test_el_pinned_version_names_the_versioned_packages_beside_the_stream() -> None:
+    """On EL the nvidia-driver stream locks the branch, not the version: an exact version names
+    the packages that carry it (nvidia-driver-<V>, the kmod, persistenced, the fabric manager),
+    so dnf installs exactly it or refuses (an older kmod is hidden by modular filtering)."""
+    r = judge(FakeHost(pf.ROCKY_9).gpus(), ["driver"], stack(**{"driver.version": V_OLD}))
+    plan = r["plan"]["driver"]
+    assert plan["pin_content"] == ""  # versionlock after the install, no apt preferences
+    (t,) = plan["transactions"]
+    assert "@nvidia-driver:535-dkms" in t
+    for name in ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms",
+                 "nvidia-persistenced", "nvidia-fabric-manager"):
+        assert f"{name}-{V_OLD}" in t, (name, t)
+    assert "nvidia-persistenced" not in t  # only the versioned name
+    opened = judge(
+        FakeHost(pf.ROCKY_9).gpus(),
+        ["driver"],
+        stack(**{"driver.version": V_OLD, "driver.flavor": "open"}),
+    )["plan"]["driver"]["transactions"][0]
+    assert "@nvidia-driver:535-open" in opened
+    assert f"kmod-nvidia-open-dkms-{V_OLD}" in opened
+    # no version: the stream's default profile (the branch's newest version)
+    unpinned = judge(FakeHost(pf.ROCKY_9).gpus(), ["driver"])["plan"]["driver"]["transactions"]
+    assert not any(n.endswith(V_OLD) for n in unpinned[0])
+
+
+def test_el_branch_change_takes_the_fabric_manager_along() -> None:
+    """EL has one fabric manager name for every branch (nvidia-fabric-manager): a branch change
+    removes the old branch's one with the other driver packages, then installs it again."""
+    h = FakeHost(pf.ROCKY_9).gpus("535.154.05")
+    rpm = [
+        "nvidia-driver|3:535.154.05-1.el9|x86_64",
+        "nvidia-driver-cuda|3:535.154.05-1.el9|x86_64",
+        "kmod-nvidia-latest-dkms|3:535.154.05-1.el9|x86_64",
+        "nvidia-persistenced|3:535.154.05-1.el9|x86_64",
+        "nvidia-fabric-manager|0:535.154.05-1|x86_64",
+    ]
+    h.commands["rpm -qa"] = (0, "\n".join(rpm) + "\n", "")
+    h.files["/etc/dnf/plugins/versionlock.list"] = "".join(
+        f"{ln.split('|')[0]}-{ln.split('|')[1]}.*\n" for ln in rpm
+    )
+    plan = judge(h, ["driver"], stack(**{"driver.branch": "550"}))["plan"]["driver"]
+    assert "nvidia-fabric-manager" in plan["remove"]
+    assert "nvidia-fabric-manager" in plan["unhold"]
+    assert plan["transactions"][-1][-1] == "nvidia-fabric-manager"
+    # the same branch: the fabric manager stays
+    same = judge(h, ["driver"], stack(**{"driver.branch": "535"}))["plan"]["driver"]
+    assert same["remove"] == []
+
+
 # ------------------------------------------------------------------- 10. EL holds and suffixes
 
 
