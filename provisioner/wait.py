@@ -201,9 +201,10 @@ class _HostWait:
                 sock.close()
             if ci.outcome == "lost":
                 self.tell("the connection was lost while waiting for cloud-init (a reboot?); "
-                          "waiting for SSH again")
+                          "waiting for SSH again", heartbeat=True)
                 last = None
-                delay = self.opts.first_delay_s
+                self.sleep(max(0.0, min(delay, self.left())))
+                delay = min(delay * 1.5, self.opts.max_delay_s)
                 continue
             self._finish(ci)
             return
