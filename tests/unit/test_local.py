@@ -347,3 +347,27 @@ def test_user_data_example_installs_the_tool_and_runs_it_locally() -> None:
     assert not re.search(r"(?i)(passw|token|secret|private key|BEGIN |ssh_authorized_keys)", text)
     # the venv is made with a Python provision supports (3.11+), per release
     assert "python3.11" in cmds[0] and "/opt/provision/bin/pip install" in cmds[0]
+
+
+def test_check_local_leaves_a_pending_resume_alone_and_never_reboots(
+    tmp_path: Path, demo_content: Path
+) -> None:
+    system, state = arranged(tmp_path)
+    system.reboot("boot-2")  # the resume has not run yet
+
+    def run_fn(req: RunRequest, on_event: Any) -> RunResult:
+        assert req.check and req.become is False
+        on_event({"event": "runner_on_ok", "event_data": {
+            "host": "gpu07", "task": "Verify the driver", "role": "nvidia_driver",
+            "res": {"changed": False, "ansible_facts": {"provision_checks": [
+                {"id": "driver.reboot", "status": "drift", "expected": "no reboot pending",
+                 "actual": "reboot required", "message": "reboot required",
+                 "remediation": "reboot"}]}}}})
+        return RunResult(status="successful", rc=0, artifacts=req.artifact_dir / req.ident,
+                         stats={"ok": {"gpu07": 3}})
+
+    s = Settings(command="check", local=True)
+    code = session.execute(s, state=StateDir(state), run_fn=run_fn, system=system)
+    assert code == 5
+    assert system.calls == []
+    assert local.state_file(state).exists() and system.enabled
