@@ -294,6 +294,7 @@ def after_run(
     (or say why not). None when there is nothing to do."""
     if s.command != "run" or s.ansible_check or s.no_reboot or not reboot_needed(report):
         return None
+    sys.stdout.flush()  # the summary first, then what happens next (stderr)
     if resumed is not None and resumed.attempt >= MAX_RESUMES:
         msg = (
             f"the NVIDIA driver still needs a reboot after the reboot that run {resumed.run_id} "
@@ -342,7 +343,6 @@ def after_run(
             return Outcome(False, False, msg)
     say(f"reboot required to load the NVIDIA driver: {UNIT_NAME} (enabled) runs "
         f"`{' '.join(argv)}` after boot and writes the report; rebooting now")
-    sys.stdout.flush()
     sys.stderr.flush()
     res = system.systemctl("reboot")
     if res.returncode != 0:
