@@ -15,10 +15,10 @@ with `driver.reboot` failed ("reboot required"). Then, when the machine runs sys
    stack, `-e` values, tags and report directory;
 3. says so on stderr and reboots (`systemctl reboot`).
 
-After the boot, the unit's run sees the state from an earlier boot: it disables the unit, removes
-it and the resume directory, then provisions (every role again: they are idempotent) and writes
-the report. It never reboots a second time: if the driver still needs a reboot after the one it
-arranged, the run fails with that (exit 1) and leaves the machine as it is.
+After the boot, the unit's run sees the state from an earlier boot: it disables the unit and
+removes the resume directory, provisions (every role again: they are idempotent), writes the
+report and removes the unit file. It never reboots a second time: if the driver still needs a
+reboot after the one it arranged, the run fails with that (exit 1) and leaves the machine as it is.
 """
 
 from __future__ import annotations
@@ -154,12 +154,16 @@ def read_state(state_root: Path) -> ResumeState | None:
     return ResumeState.from_dict(raw)
 
 
-def _clear(state_root: Path, system: System, say: Say) -> None:
-    """Disable and remove the unit, remove the resume directory."""
+def _disable(system: System, say: Say) -> None:
     if system.unit_path.exists() or system.has_systemd():
         res = system.systemctl("disable", UNIT_NAME)
         if res.returncode != 0 and system.unit_path.exists():
             say(f"warning: `systemctl disable {UNIT_NAME}` failed: {res.stderr.strip()}")
+
+
+def _clear(state_root: Path, system: System, say: Say) -> None:
+    """Disable and remove the unit (not running), remove the resume directory."""
+    _disable(system, say)
     with contextlib.suppress(FileNotFoundError):
         system.unit_path.unlink()
     if system.has_systemd():
@@ -169,7 +173,12 @@ def _clear(state_root: Path, system: System, say: Say) -> None:
 
 def begin(state_root: Path, system: System, say: Say) -> ResumeState | None:
     """At the start of a `--local` run: consume a resume state. Returns it when this run is the
-    resume after the reboot it arranged (an earlier boot); None otherwise."""
+    resume after the reboot it arranged (an earlier boot); None otherwise.
+
+    The resumed run is the unit's own process: the unit is disabled (its file stays until the run
+    ends, `finish()`: a daemon-reload without it would drop the unit's settings, its start
+    timeout among them, while it runs) and the resume directory removed (the stack and the -e
+    values were read before this)."""
     st = read_state(state_root)
     if st is None:
         return None
@@ -179,9 +188,17 @@ def begin(state_root: Path, system: System, say: Say) -> ResumeState | None:
         _clear(state_root, system, say)
         return None
     say(f"resuming after the reboot that run {st.run_id} arranged ({st.created}): "
-        f"{UNIT_NAME} disabled and removed; provisioning again")
-    _clear(state_root, system, say)
+        f"{UNIT_NAME} disabled; provisioning again")
+    _disable(system, say)
+    shutil.rmtree(resume_dir(state_root), ignore_errors=True)
     return st
+
+
+def finish(system: System) -> None:
+    """At the end of the resumed run: the (disabled) unit file goes too; systemd forgets it at
+    its next reload."""
+    with contextlib.suppress(FileNotFoundError):
+        system.unit_path.unlink()
 
 
 # ---------------------------------------------------------------------------- arranging a resume
@@ -292,6 +309,8 @@ def after_run(
 ) -> Outcome | None:
     """After a `--local` full run: when the driver needs a reboot, arrange the resume and reboot
     (or say why not). None when there is nothing to do."""
+    if resumed is not None:
+        finish(system)
     if s.command != "run" or s.ansible_check or s.no_reboot or not reboot_needed(report):
         return None
     sys.stdout.flush()  # the summary first, then what happens next (stderr)

@@ -150,7 +150,7 @@ def test_local_mode_through_the_reboot_to_a_passing_validation(
                             + _diagnostics(fleet, h))
             continue
         rc, active = _try(fleet, h, f"systemctl is-active {UNIT}")
-        if rc == 255 or active.strip() in ("active", "activating"):
+        if rc == 255 or active.strip() in ("active", "activating", "deactivating", "reloading"):
             continue
         if _try(fleet, h, "test -e /var/lib/provision/resume/state.json")[0] == 0:
             # the resumed run consumes the state first: not started yet, or it never will
@@ -196,6 +196,9 @@ def test_local_mode_through_the_reboot_to_a_passing_validation(
     assert name == h  # this machine by its host name
     journal = _sh(fleet, h, f"journalctl -b --no-pager -u {UNIT}")
     assert f"resuming after the reboot that run {first_id} arranged" in journal, diag
+    assert "interrupted" not in journal and "timed out" not in journal, diag
+    rc, result = _try(fleet, h, f"systemctl show -p Result --value {UNIT}")
+    assert result.strip() in ("success", ""), (result, diag)
 
     # the unit disabled and removed itself; its state and the copied -e values are gone
     rc, enabled = _try(fleet, h, f"systemctl is-enabled {UNIT}")

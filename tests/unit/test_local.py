@@ -257,10 +257,17 @@ def test_after_the_boot_the_resumed_run_disables_and_removes_the_unit(tmp_path: 
     lines: list[str] = []
     resumed = local.begin(state, system, lines.append)
     assert resumed is not None and resumed.run_id == "20260101T000000.000Z-run-abc"
-    assert system.verbs() == ["disable", "daemon-reload"]
-    assert not system.enabled and not system.unit_path.exists()
+    # no daemon-reload while the unit's own run goes on (it would drop the unit's settings)
+    assert system.verbs() == ["disable"]
+    assert not system.enabled
     assert not local.resume_dir(state).exists()  # the -e copy (secrets) is gone too
     assert lines[0].startswith("resuming after the reboot that run 20260101T000000.000Z-run-abc")
+    # the run's end: the unit file goes too
+    assert system.unit_path.exists()
+    assert local.after_run(local_settings(tmp_path), reboot_report("pass"), state, system,
+                           lines.append, resumed=resumed) is None
+    assert not system.unit_path.exists()
+    assert system.verbs() == ["disable"]
     # nothing left: a later run is an ordinary one
     assert local.begin(state, system, lines.append) is None
 
