@@ -140,13 +140,16 @@ NOT_WITH_LOCAL = (
     ("port", "--port"), ("key", "--key"), ("connection", "--connection"),
     ("known_hosts", "--known-hosts"), ("accept_new_host_keys", "--accept-new-host-keys"),
     ("ask_become_pass", "--ask-become-pass"), ("wait", "--wait"),
+    ("become", "--become/--no-become"),  # it runs as root, without become
 )
 
 
 def require_targets(ctx: click.Context, s: Settings) -> None:
     """One error line and the usage line (not the whole help) when no host was given."""
     if s.local:
-        given = [opt for name, opt in NOT_WITH_LOCAL if getattr(s, name)]
+        given = [opt for name, opt in NOT_WITH_LOCAL if getattr(s, name) not in (None, False, ())]
+        if s.become is False:
+            given.append("--no-become")
         if given:
             raise click.UsageError(
                 f"--local provisions this machine itself: {', '.join(given)} cannot go with it", ctx

@@ -98,7 +98,8 @@ def local_settings(tmp_path: Path, **kw: Any) -> Settings:
 @pytest.mark.parametrize(
     "extra",
     [["--host", "gpu01"], ["-i", "inv.yml"], ["--wait", "5m"], ["--user", "x"],
-     ["--known-hosts", "kh"], ["--accept-new-host-keys"], ["--port", "2222"]],
+     ["--known-hosts", "kh"], ["--accept-new-host-keys"], ["--port", "2222"], ["--become"],
+     ["--no-become"], ["-K"]],
 )
 def test_local_refuses_the_options_that_reach_remote_hosts(extra: list[str]) -> None:
     r = CliRunner().invoke(cli, ["--local", *extra], prog_name="provision")
