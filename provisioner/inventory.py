@@ -139,6 +139,10 @@ def inventory_yaml(targets: list[Target]) -> str:
 
     hosts: dict[str, dict[str, Any]] = {}
     for t in targets:
+        if t.connection == "local":  # `provision --local`: this machine, as root (no become)
+            hosts[t.name] = {"ansible_host": t.address, "ansible_connection": "local",
+                             "ansible_become": False}
+            continue
         hv: dict[str, Any] = {
             "ansible_host": t.address,
             "ansible_port": t.port,

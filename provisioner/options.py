@@ -34,6 +34,22 @@ class NonEmptyText(click.types.StringParamType):
         return value
 
 
+class Duration(click.types.FloatParamType):
+    """A duration: `10m`, `300s`, `1h30m`, or plain seconds; converted to seconds (float)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
+        if isinstance(value, int | float):
+            return float(value)
+        from provisioner.wait import parse_duration  # noqa: PLC0415
+
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def use(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     """Apply option decorators in the order listed (the first shows first in --help)."""
 
@@ -74,6 +90,14 @@ known_hosts = click.option(
 accept_new_host_keys = click.option(
     "--accept-new-host-keys", is_flag=True, default=None,
     help="Add unknown host keys to the known_hosts file (never changed ones).")
+wait = click.option(
+    "--wait", "wait", type=Duration(), metavar="DURATION",
+    help="First wait up to DURATION (10m, 300s, 1h30m) for each host's SSH to answer and its "
+         "cloud-init to finish (fresh instances).")
+local = click.option(
+    "--local", is_flag=True, default=None,
+    help="Provision this machine itself: local connection, no SSH, as root (cloud-init "
+         "user-data). A needed reboot resumes after boot (provision-resume.service).")
 
 # --- what to run and what to write
 
@@ -105,7 +129,7 @@ validate = click.option("--validate", is_flag=True, default=None,
                         help="Also run the validation role (uses the GPUs).")
 
 TARGETS = (host, inventory, limit, user, port, key, become, ask_become_pass, forks, connection,
-           known_hosts, accept_new_host_keys)
+           known_hosts, accept_new_host_keys, wait, local)
 RUN = (stack, extra_vars, tags, skip_tags, diff, report_dir, verbose, json_output, no_preflight)
 FULL_RUN = (check_mode, no_reboot)
 

@@ -64,6 +64,7 @@ class ProbeResult:
     driver_version: str | None = None
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    cloud_init: str | None = None  # --wait: done | degraded | disabled | absent | error | running
 
     @property
     def ok(self) -> bool:
@@ -419,26 +420,24 @@ def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeRes
         result.warnings.append("no NVIDIA PCI devices (lspci -d 10de:)")
 
 
-def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: ProbeResult) -> None:
+def connect(
+    target: Target, opts: ProbeOptions, lock: threading.Lock, result: ProbeResult
+) -> tuple[Any, socket.socket] | None:
+    """An authenticated paramiko client to the target, its host key verified against known_hosts
+    (an unknown key accepted and appended only with `accept_new`), or None with `result` saying
+    where it stopped (resolve, connect, hostkey, auth). The caller closes client and socket."""
     import paramiko  # noqa: PLC0415 - lazy
 
-    if target.connection in ("local", "ansible.builtin.local"):
-        result.status, result.message = "skipped", "local connection: not probed"
-        return
-    if target.deferred:
-        result.status = "skipped"
-        result.message = f"not probed: {target.deferred}; left to Ansible"
-        return
     sock = _open_socket(target, opts, result)
     if sock is None:
-        return
+        return None
     known = Path(target.known_hosts or opts.known_hosts).expanduser()
     relaxed = target.strict_host_key_checking  # from the inventory's ssh args: no | accept-new
     kh = knownhosts.load(known) if relaxed != "no" else knownhosts.KnownHosts(known)
     if kh.error:
         sock.close()
         _fail(result, "unreachable", "hostkey", kh.error)
-        return
+        return None
     policy = _RecordingPolicy(
         opts.accept_new or relaxed in ("no", "accept-new"), kh, lock, write=relaxed != "no"
     )
@@ -446,16 +445,45 @@ def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: Pro
     try:
         _add_known_keys(client, kh, known_hosts_name(target.address, target.port))
         client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
-        if not _ssh_connect(
+        connected = _ssh_connect(
             client, sock, target, opts=opts, policy=policy, known=known, result=result
-        ):
-            return
-        if policy.accepted and policy.key is not None:
-            result.accepted_key = True
-            result.fingerprint = fingerprint(policy.key.asbytes())
-            result.key_type = policy.key.get_name()
-            into = f"into {known}" if policy.write else "(StrictHostKeyChecking=no)"
-            result.warnings.append(f"accepted new host key {result.fingerprint} {into}")
+        )
+    except BaseException:
+        client.close()
+        sock.close()
+        raise
+    if not connected:
+        client.close()
+        sock.close()
+        return None
+    if policy.accepted and policy.key is not None:
+        result.accepted_key = True
+        result.fingerprint = fingerprint(policy.key.asbytes())
+        result.key_type = policy.key.get_name()
+        into = f"into {known}" if policy.write else "(StrictHostKeyChecking=no)"
+        result.warnings.append(f"accepted new host key {result.fingerprint} {into}")
+    return client, sock
+
+
+def not_probed(target: Target) -> str | None:
+    """Why the target is not reached over SSH by provision itself (local, or deferred)."""
+    if target.connection in ("local", "ansible.builtin.local"):
+        return "local connection: not probed"
+    if target.deferred:
+        return f"not probed: {target.deferred}; left to Ansible"
+    return None
+
+
+def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: ProbeResult) -> None:
+    skip = not_probed(target)
+    if skip:
+        result.status, result.message = "skipped", skip
+        return
+    opened = connect(target, opts, lock, result)
+    if opened is None:
+        return
+    client, sock = opened
+    try:
         _run_probe(client, target, opts, result)
     finally:
         client.close()

@@ -21,6 +21,7 @@ import click
 
 from provisioner import extravars as ev
 from provisioner import inventory as inv
+from provisioner import local
 from provisioner import stack as stk
 from provisioner.content import Content, locate
 from provisioner.events import HostState, RunState
@@ -41,8 +42,9 @@ from provisioner.reports import iso, write_all
 from provisioner.settings import NO_TARGETS, Settings
 from provisioner.stack import Stack
 from provisioner.state import StateDir, default_state, new_run_id
+from provisioner.wait import WaitOptions, wait_for_hosts
 
-__all__ = ["Settings", "execute", "probe_options", "resolve_targets", "versions"]
+__all__ = ["Settings", "execute", "probe_options", "resolve_targets", "versions", "wait_hosts"]
 
 DEFAULT_MAX_FORKS = 16  # without --forks: one fork per host, up to this many ...
 CHECK_FORKS_PER_CPU = 4  # ... or, for the read-only check, up to this many per controller CPU
@@ -56,6 +58,8 @@ def default_forks(command: str, hosts: int, cpus: int | None = None) -> int:
     if command == "check":
         cap = max(DEFAULT_MAX_FORKS, CHECK_FORKS_PER_CPU * (cpus or os.cpu_count() or 1))
     return max(1, min(hosts, cap))
+
+
 PLAYBOOKS = {"run": "site.yml", "check": "check.yml", "validate": "validate.yml"}
 
 
@@ -81,7 +85,9 @@ class Targets:
     from_hosts: bool = field(default=False)
 
 
-def resolve_targets(s: Settings) -> Targets:
+def resolve_targets(s: Settings, system: local.System | None = None) -> Targets:
+    if s.local:
+        return Targets([local.local_target(system or local.System())], None, from_hosts=True)
     if s.hosts and s.inventory:
         raise UsageProblem("give either --host or -i/--inventory, not both")
     connection = s.connection or "ssh"
@@ -195,14 +201,19 @@ PREFLIGHT_REMEDIATION = {
     "hostkey": "verify the fingerprint, then --accept-new-host-keys (unknown keys only)",
     "auth": "check --user/--key, the ssh agent, and authorized_keys",
     "sudo": "configure passwordless sudo or use --ask-become-pass",
+    "cloud_init": "look at `cloud-init status --long` and /var/log/cloud-init-output.log on the "
+                  "host; give a longer --wait if it is only slow",
 }
 
 
 def preflight_entry(r: ProbeResult) -> HostReport:
+    expected = "reachable" if r.status == "unreachable" else "sudo -n works"
+    if r.stage == "cloud_init":
+        expected = "cloud-init finished (cloud-init status --wait)"
     check = Check(
         id=f"ssh.{r.stage or 'probe'}",
         status="fail",
-        expected="reachable" if r.status == "unreachable" else "sudo -n works",
+        expected=expected,
         actual=r.message,
         message=r.message,
         remediation=PREFLIGHT_REMEDIATION.get(r.stage, ""),
@@ -221,6 +232,19 @@ def probe_options(s: Settings) -> ProbeOptions:
 
 RunFn = Callable[..., Any]
 PreflightFn = Callable[..., list[ProbeResult]]
+WaitFn = Callable[..., list[ProbeResult]]
+
+
+def wait_hosts(
+    s: Settings, targets: list[inv.Target], fn: WaitFn | None = None
+) -> dict[str, ProbeResult]:
+    """--wait: host -> the wait's result (ok, or why it ended); {} without --wait."""
+    if not s.wait or not targets:
+        return {}
+    results = (fn or wait_for_hosts)(
+        targets, probe_options(s), WaitOptions(budget_s=float(s.wait)), say=echo_err
+    )
+    return {r.host: r for r in results}
 
 
 @dataclass
@@ -235,13 +259,22 @@ class Outcome:
     rc: int = 0
 
 
+def _wait(s: Settings, tg: Targets, fn: WaitFn | None, out: Outcome) -> None:
+    """--wait: hosts whose wait failed are reported (ssh.<stage>) and left out."""
+    out.good = list(tg.targets)
+    waited = wait_hosts(s, tg.targets, fn)
+    for r in waited.values():
+        if not r.ok:
+            out.hosts[r.host] = preflight_entry(r)
+    out.good = [t for t in tg.targets if t.name not in waited or waited[t.name].ok]
+
+
 def _preflight(
     s: Settings, tg: Targets, stack: Stack, fn: PreflightFn | None, out: Outcome
 ) -> None:
-    out.good = list(tg.targets)
-    if s.no_preflight:
+    if s.no_preflight or s.local or not out.good:
         return
-    results = (fn or run_preflight)(tg.targets, probe_options(s))
+    results = (fn or run_preflight)(out.good, probe_options(s))
     for line in preflight_lines(results):
         echo_err(line)
     distros = stack.distros()
@@ -257,7 +290,7 @@ def _preflight(
                 echo_err(f"preflight {r.host}: warning: {w}")
         if not r.ok:
             out.hosts[r.host] = preflight_entry(r)
-    out.good = [t for t in tg.targets if t.name not in out.probes or out.probes[t.name].ok]
+    out.good = [t for t in out.good if t.name not in out.probes or out.probes[t.name].ok]
 
 
 def _ansible(
@@ -300,7 +333,7 @@ def _ansible(
             diff=bool(s.diff),
             verbosity=s.verbosity,
             forks=s.forks or default_forks(s.command, len(out.good)),
-            become=s.become is not False,
+            become=s.become is not False and not s.local,
             become_password=become_password,
             secrets=secrets.union(*(t.secrets for t in tg.targets)),
             known_hosts=s.known_hosts.expanduser().resolve() if s.known_hosts else None,
@@ -476,15 +509,20 @@ def execute(
     state: StateDir | None = None,
     run_fn: RunFn | None = None,
     preflight_fn: PreflightFn | None = None,
+    wait_fn: WaitFn | None = None,
+    system: local.System | None = None,
     now: Callable[[], float] = time.time,
 ) -> int:
     """Run one command; returns the exit code. Raises ProvisionError for usage/setup problems."""
     started = now()
     rv = build_extravars(s, stk.load(s.stack_path))
     stack, extravars = rv.stack, rv.extravars
+    system = system or local.System()
+    if s.local:
+        local.check(s, extravars, system)
     for w in stack.warnings if not s.no_preflight else stack.all_warnings:
         echo_err(f"warning: stack: {w}")
-    tg = resolve_targets(s)
+    tg = resolve_targets(s, system)
     content = locate()
     content.playbook(PLAYBOOKS[s.command])  # SetupError (exit 4) before any host is contacted
     check_tags(s, content.role_names())
@@ -506,7 +544,11 @@ def execute(
         extravars.setdefault("gpu_stack_run_id", run_id)
         extravars.setdefault("gpu_stack_run_controller", controller_name())
         extravars.setdefault("gpu_stack_run_pid", os.getpid())
+    resumed = None
+    if s.local and s.command == "run" and not s.ansible_check:
+        resumed = local.begin(state.root, system, echo_err)
     out = Outcome()
+    _wait(s, tg, wait_fn, out)
     _preflight(s, tg, stack, preflight_fn, out)
     rstate = _ansible(
         s, tg, content=content, extravars=extravars, secrets=rv.secrets, state=state,
@@ -516,4 +558,6 @@ def execute(
     _host_entries(s, tg, rstate, out)
     report = _report(s, stack, run_id, out, started=started, finished=now())
     _publish(s, report, state)
+    if s.local:
+        local.after_run(s, report, state.root, system, echo_err, resumed=resumed)
     return report.exit_code

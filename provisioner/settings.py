@@ -39,6 +39,8 @@ class Settings:
     connection: str | None = None
     known_hosts: Path | None = None
     accept_new_host_keys: bool | None = None
+    wait: float | None = None  # --wait DURATION, in seconds
+    local: bool | None = None  # --local: this machine, local connection
     stack_path: Path | None = None
     extra_vars: tuple[str, ...] = ()
     tags: str | None = None
@@ -130,10 +132,28 @@ def merge_params(
     return out
 
 
-NO_TARGETS = "no hosts: give --host HOST (repeatable) or -i INVENTORY"
+NO_TARGETS = "no hosts: give --host HOST (repeatable) or -i INVENTORY (or --local)"
+
+# options that name or reach remote hosts: meaningless with --local (refused, never dropped)
+NOT_WITH_LOCAL = (
+    ("hosts", "--host"), ("inventory", "-i/--inventory"), ("limit", "--limit"), ("user", "--user"),
+    ("port", "--port"), ("key", "--key"), ("connection", "--connection"),
+    ("known_hosts", "--known-hosts"), ("accept_new_host_keys", "--accept-new-host-keys"),
+    ("ask_become_pass", "--ask-become-pass"), ("wait", "--wait"),
+    ("become", "--become/--no-become"),  # it runs as root, without become
+)
 
 
 def require_targets(ctx: click.Context, s: Settings) -> None:
     """One error line and the usage line (not the whole help) when no host was given."""
+    if s.local:
+        given = [opt for name, opt in NOT_WITH_LOCAL if getattr(s, name) not in (None, False, ())]
+        if s.become is False:
+            given.append("--no-become")
+        if given:
+            raise click.UsageError(
+                f"--local provisions this machine itself: {', '.join(given)} cannot go with it", ctx
+            )
+        return
     if not s.hosts and not s.inventory:
         raise click.UsageError(NO_TARGETS, ctx)

@@ -243,9 +243,16 @@ CATALOG = {
         "verifies": "the SSH user authenticates (key, agent)",
         "remediation": "check --user/--key, the ssh agent, and authorized_keys",
     },
+    "ssh.cloud_init": {
+        "verifies": "with --wait: cloud-init finished on the host (`cloud-init status "
+        "--wait`) without errors, within the bound",
+        "remediation": "look at `cloud-init status --long` and "
+        "/var/log/cloud-init-output.log on the host; give a longer --wait if it is "
+        "only slow",
+    },
     "ssh.connect": {
         "verifies": "TCP connects to the SSH port and an SSH handshake completes "
-        "(banner and key exchange)",
+        "(banner and key exchange); with --wait, within the bound",
         "remediation": "check that the host is up and sshd listens on the port (a "
         "hung or overloaded sshd, or a port that is not SSH, shows "
         "here)",

@@ -12,7 +12,7 @@ from provisioner import options
 
 @click.command(
     "preflight",
-    epilog="Exit codes: 0 all hosts ready | 1 a host failed a check (sudo) | "
+    epilog="Exit codes: 0 all hosts ready | 1 a host failed a check (sudo, cloud-init) | "
     "3 a host unreachable (connect, host key, auth) | 2 usage error.",
 )
 @options.targets
@@ -23,13 +23,19 @@ def preflight(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     from provisioner.exitcodes import exit_code_for  # noqa: PLC0415
     from provisioner.preflight import run_preflight  # noqa: PLC0415
     from provisioner.progress import preflight_lines  # noqa: PLC0415
-    from provisioner.session import probe_options, resolve_targets  # noqa: PLC0415
+    from provisioner.session import probe_options, resolve_targets, wait_hosts  # noqa: PLC0415
     from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
 
     s = Settings.from_params("preflight", merge_params(ctx))
+    if s.local:
+        raise click.UsageError("--local: the preflight probes hosts over SSH; there is nothing "
+                               "to probe on this machine (run `provision --local`)", ctx)
     require_targets(ctx, s)
     tg = resolve_targets(s)
-    results = run_preflight(tg.targets, probe_options(s))
+    waited = wait_hosts(s, tg.targets)
+    ready = [t for t in tg.targets if waited.get(t.name) is None or waited[t.name].ok]
+    probed = {r.host: r for r in run_preflight(ready, probe_options(s))} if ready else {}
+    results = [probed.get(t.name) or waited[t.name] for t in tg.targets]
     if s.as_json:
         click.echo(json.dumps([r.to_dict() for r in results], indent=2))
     else:

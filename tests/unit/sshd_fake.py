@@ -1,11 +1,14 @@
 """A tiny in-process SSH server (paramiko) on 127.0.0.1 for preflight tests.
 
-Public-key auth against one authorized key; `exec` requests run the command locally with
-`sh -c` and return its stdout and exit status. No root, no sshd, loopback only.
+Public-key auth against one authorized key (`authorized`, may be swapped while it runs); `exec`
+requests run the command locally with `sh -c` (in `env` when given) and return its stdout and exit
+status. `port` binds a chosen port (a server that comes up where a client already waits). No root,
+no sshd, loopback only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import threading
@@ -15,14 +18,14 @@ import paramiko
 
 
 class _Server(paramiko.ServerInterface):
-    def __init__(self, authorized: paramiko.PKey) -> None:
-        self.authorized = authorized
+    def __init__(self, sshd: FakeSSHD) -> None:
+        self.sshd = sshd
 
     def get_allowed_auths(self, username: str) -> str:
         return "publickey"
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        if key.asbytes() == self.authorized.asbytes():
+        if key.asbytes() == self.sshd.authorized.asbytes():
             return paramiko.AUTH_SUCCESSFUL
         return paramiko.AUTH_FAILED
 
@@ -33,11 +36,20 @@ class _Server(paramiko.ServerInterface):
 
     def check_channel_exec_request(self, channel: Any, command: bytes) -> bool:
         def work() -> None:
-            p = subprocess.run(
-                ["sh", "-c", command.decode()], capture_output=True, timeout=30, check=False
+            # stdout is streamed as it comes (a waiting command shows its first lines at once)
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command.decode()], stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=self.sshd.env,
             )
-            channel.sendall(p.stdout)
-            channel.send_exit_status(p.returncode)
+            assert proc.stdout is not None
+            try:
+                while chunk := proc.stdout.read1(4096):
+                    channel.sendall(chunk)
+                channel.send_exit_status(proc.wait(timeout=30))
+            except (subprocess.TimeoutExpired, OSError, EOFError, paramiko.SSHException):
+                proc.kill()
+            finally:
+                proc.stdout.close()
             channel.close()
 
         threading.Thread(target=work, daemon=True).start()
@@ -45,12 +57,20 @@ class _Server(paramiko.ServerInterface):
 
 
 class FakeSSHD:
-    def __init__(self, host_key: paramiko.PKey, authorized: paramiko.PKey) -> None:
+    def __init__(
+        self,
+        host_key: paramiko.PKey,
+        authorized: paramiko.PKey,
+        *,
+        port: int = 0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.host_key = host_key
         self.authorized = authorized
+        self.env = env
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind(("127.0.0.1", port))
         self.sock.listen(16)
         self.port = int(self.sock.getsockname()[1])
         self.transports: list[paramiko.Transport] = []
@@ -63,16 +83,21 @@ class FakeSSHD:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            if self._stop:
+                conn.close()
+                return
             t = paramiko.Transport(conn)
             t.add_server_key(self.host_key)
             self.transports.append(t)
             try:
-                t.start_server(server=_Server(self.authorized))
+                t.start_server(server=_Server(self))
             except (paramiko.SSHException, EOFError, OSError):
                 continue
 
     def close(self) -> None:
         self._stop = True
+        with contextlib.suppress(OSError):  # wakes the accept() (close alone does not, on Linux)
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         for t in self.transports:
             t.close()
