@@ -77,6 +77,29 @@ def test_failed_task_becomes_a_role_task_check() -> None:
     assert "Fail a task that is not a check" in synth[0]["actual"]
 
 
+def test_a_failed_loop_item_names_its_error_not_one_or_more_items_failed() -> None:
+    """A failed apt loop (the mirror down) named only "One or more items failed"; the report must
+    carry the item's error, with the URL apt could not fetch."""
+    from provisioner.events import _failure_message  # noqa: PLC0415
+
+    url = "http://mirror.example/compute/cuda/repos/ubuntu2204/x86_64/./nvidia-dkms-535.deb"
+    res = {
+        "msg": "One or more items failed",
+        "changed": False,
+        "results": [
+            {"item": ["dkms"], "failed": False, "msg": ""},
+            {"item": ["cuda-drivers-535"], "failed": True,
+             "msg": f"'/usr/bin/apt-get install cuda-drivers-535' failed: E: Failed to fetch {url}"
+                    "  503  Service Unavailable"},
+        ],
+    }
+    msg = _failure_message(res)
+    assert url in msg and "One or more items failed" not in msg
+    # no failed item recorded: Ansible's own message stays
+    assert _failure_message({"msg": "One or more items failed", "results": [{}]}) == (
+        "One or more items failed")
+
+
 def test_assert_after_a_failed_check_adds_no_task_check() -> None:
     st = replay("run", check_mode=False)
     ids = [c["id"] for c in st.hosts["h-fail"].checks]
