@@ -24,7 +24,7 @@ _ASSERTS = frozenset(
      "provision.gpu.stack_probe"}
 )
 _MAX_MSG = 2000
-_LOOP_MSG = "One or more items failed"
+_LOOP_MSGS = ("One or more items failed", "All items completed")
 
 
 def _text(value: object) -> str:
@@ -40,13 +40,13 @@ def _failure_message(res: dict[str, Any]) -> str:
     for key in ("stderr", "module_stderr"):
         if res.get(key):
             parts.append(_text(res[key]).strip())
-    if (not parts[0] or parts[0] == _LOOP_MSG) and res.get("results"):
+    if (not parts[0] or parts[0] in _LOOP_MSGS) and res.get("results"):
         # a loop: Ansible's own msg says only that an item failed; the items say what failed
-        # (apt's "Failed to fetch URL", the command's error)
+        # (apt's "Failed to fetch URL", the command's error, the lost connection)
         parts = [
             _text(r.get("msg"))
             for r in res["results"]
-            if isinstance(r, dict) and r.get("failed")
+            if isinstance(r, dict) and (r.get("failed") or r.get("unreachable"))
         ] or parts
     msg = " | ".join(p for p in parts if p)
     return msg[:_MAX_MSG] or "task failed"

@@ -95,6 +95,11 @@ def test_a_failed_loop_item_names_its_error_not_one_or_more_items_failed() -> No
     }
     msg = _failure_message(res)
     assert url in msg and "One or more items failed" not in msg
+    # an unreachable loop (the SSH connection cut during the driver transaction) said "All items
+    # completed"
+    lost = 'Task failed: Data could not be sent to remote host "10.0.0.1".'
+    assert _failure_message({"unreachable": True, "msg": "All items completed", "results": [
+        {"unreachable": True, "msg": lost, "item": ["cuda-drivers-535"]}]}) == lost
     # no failed item recorded: Ansible's own message stays
     assert _failure_message({"msg": "One or more items failed", "results": [{}]}) == (
         "One or more items failed")
@@ -238,3 +243,4 @@ def test_probe_partial_lists_merge_by_id_and_a_failed_probe_keeps_its_checks() -
     }
     assert h.facts["os"] == "Ubuntu 22.04"
     assert h.failed == 1
+
