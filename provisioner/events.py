@@ -21,7 +21,7 @@ HOST_STATUSES = model.HOST_STATUSES
 # The probe module fails with its checks in the result when a required check fails.
 _ASSERTS = frozenset(
     {"assert", "ansible.builtin.assert", "fail", "ansible.builtin.fail", "ansible.legacy.assert",
-     "provision.gpu.stack_probe"}
+     "provision.gpu.stack_probe", "provision.gpu.host_lock"}
 )
 _MAX_MSG = 2000
 _LOOP_MSGS = ("One or more items failed", "All items completed")

@@ -244,3 +244,16 @@ def test_probe_partial_lists_merge_by_id_and_a_failed_probe_keeps_its_checks() -
     assert h.facts["os"] == "Ubuntu 22.04"
     assert h.failed == 1
 
+
+def test_a_refused_host_lock_is_its_preflight_lock_check_alone() -> None:
+    """The host lock refusing a second run carries its own check (preflight.lock); a `play.task`
+    check with the same message was added beside it."""
+    st = RunState()
+    msg = "another provisioning run holds this host: run r1 from root@ctl (pid 42): nothing changed"
+    st.feed({"event": "runner_on_failed", "event_data": {
+        "host": "h", "role": "", "task": "Take the host's provisioning lock",
+        "task_action": "provision.gpu.host_lock",
+        "res": {"failed": True, "msg": msg, "ansible_facts": {"provision_checks": [
+            {"id": "preflight.lock", "status": "fail", "message": msg}]}}}})
+    assert [(c["id"], c["status"]) for c in st.hosts["h"].checks] == [("preflight.lock", "fail")]
+    assert st.hosts["h"].status() == "failed"
