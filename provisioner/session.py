@@ -359,7 +359,10 @@ UNFINISHED = ("ok", "changed", "drift")
 
 def _host_status(s: Settings, h: HostState, out: Outcome) -> tuple[str, str]:
     status = h.status(check_mode=s.ansible_check)
-    if out.run_status == "canceled" and status in UNFINISHED:
+    # a `fail` check without a failed task is a probe's plan in the middle of a role (what the
+    # role was about to change when the run was cut off), not a failed host
+    unfinished = status in UNFINISHED or (status == "failed" and not h.failed)
+    if out.run_status == "canceled" and unfinished:
         return "interrupted", INTERRUPTED_MSG
     return status, h.unreachable_msg
 
