@@ -257,3 +257,28 @@ def test_a_refused_host_lock_is_its_preflight_lock_check_alone() -> None:
             {"id": "preflight.lock", "status": "fail", "message": msg}]}}}})
     assert [(c["id"], c["status"]) for c in st.hosts["h"].checks] == [("preflight.lock", "fail")]
     assert st.hosts["h"].status() == "failed"
+
+
+def test_dpkg_errors_from_apt_stdout_lead_the_message() -> None:
+    """A host out of disk during the install: dpkg's "No space left on device" reaches only the
+    task's stdout (apt runs dpkg on a pty); the report said "dpkg returned an error code (1)"."""
+    from provisioner.events import _failure_message  # noqa: PLC0415
+
+    stdout = (
+        "Unpacking cuda-nvcc-12-1 (12.1.105-1) ...\n"
+        "dpkg: error processing archive /tmp/apt-dpkg-install-W/05-cuda-cudart-12-1.deb "
+        "(--unpack):\n cannot copy extracted data for './usr/local/cuda-12.1/lib/x.so' to "
+        "'/usr/local/cuda-12.1/lib/x.so.dpkg-new': failed to write (No space left on device)\n"
+        "Selecting previously unselected package cuda-documentation-12-1.\n"
+        "Errors were encountered while processing:\n /tmp/apt-dpkg-install-W/05-cuda.deb\n"
+    )
+    err = "E: Sub-process /usr/bin/dpkg returned an error code (1)\n"
+    res = {"rc": 100, "msg": f"'/usr/bin/apt-get install cuda-toolkit-12-1' failed: {err}",
+           "stderr": err, "stdout": stdout}
+    msg = _failure_message(res)
+    assert msg.startswith("dpkg: error processing archive /tmp/apt-dpkg-install-W/05-cuda-cudart")
+    assert "failed to write (No space left on device)" in msg
+    assert "Selecting previously" not in msg and "apt-get install cuda-toolkit-12-1" in msg
+    # the same inside a loop item (the driver's transactions)
+    loop = {"msg": "One or more items failed", "results": [dict(res, failed=True)]}
+    assert "No space left on device" in _failure_message(loop)
