@@ -452,7 +452,9 @@ def test_ctrl_c_during_the_driver_install(node: Any, work: Path) -> None:
     dpkg_pid = host_file(node, "/var/tmp/provision-fault-dpkg.pid")
     proc = start(node, work, "ctrl-c")
     try:
-        wait_for("dpkg frozen in the driver install", dpkg_pid.exists, timeout=600)
+        wait_for("dpkg frozen in the driver install",
+                 lambda: dpkg_pid.exists() or proc.poll() is not None, timeout=600)
+        assert proc.poll() is None, "the run ended before the driver install"
         proc.send_signal(signal.SIGINT)
         rc, out, data = finish(proc, work, "ctrl-c", timeout=300)
     finally:
