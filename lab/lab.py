@@ -99,6 +99,13 @@ class Lab:
         self.repo = build_repo(root, self._server.url, self.dir / "cache" / "so")
         return self.repo
 
+    @property
+    def server(self) -> ThreadedServer:
+        """The running repository server (its `faults` make paths fail, for the fault tests)."""
+        if self._server is None:
+            raise LabError("start_repo() first")
+        return self._server
+
     def stop_repo(self) -> None:
         if self._server:
             self._server.stop()

@@ -17,14 +17,61 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
+class Faults:
+    """Injected failures for the fault tests: a GET or HEAD of a path under a failing prefix is
+    answered with an HTTP error status (a mirror that goes down); every refused path is recorded."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: dict[str, int] = {}
+        self.refused: list[str] = []
+
+    def fail(self, prefix: str, status: int = 503) -> None:
+        """Answer every path starting with prefix (e.g. "/compute/cuda/repos/") with status."""
+        with self._lock:
+            self._rules[prefix] = status
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+            self.refused.clear()
+
+    def status_for(self, path: str) -> int | None:
+        with self._lock:
+            for prefix, status in self._rules.items():
+                if path.startswith(prefix):
+                    self.refused.append(path)
+                    return status
+        return None
+
+
 class _QuietHandler(SimpleHTTPRequestHandler):
+    faults: Faults | None = None
+
     def log_message(self, format: str, *args: object) -> None:
         return
 
+    def _refused(self) -> bool:
+        status = self.faults.status_for(self.path) if self.faults is not None else None
+        if status is None:
+            return False
+        self.send_error(status, "injected by the lab's fault tests")
+        return True
 
-def make_server(root: Path) -> ThreadingHTTPServer:
-    """A server bound to 127.0.0.1 on a free port, serving root (symlinks are followed)."""
-    handler = functools.partial(_QuietHandler, directory=str(root))
+    def do_GET(self) -> None:
+        if not self._refused():
+            super().do_GET()
+
+    def do_HEAD(self) -> None:
+        if not self._refused():
+            super().do_HEAD()
+
+
+def make_server(root: Path, faults: Faults | None = None) -> ThreadingHTTPServer:
+    """A server bound to 127.0.0.1 on a free port, serving root (symlinks are followed); paths
+    that `faults` names fail."""
+    handler_class = type("_Handler", (_QuietHandler,), {"faults": faults})
+    handler = functools.partial(handler_class, directory=str(root))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     return server
@@ -35,7 +82,8 @@ class ThreadedServer:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._server = make_server(root)
+        self.faults = Faults()
+        self._server = make_server(root, self.faults)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="lab-http", daemon=True
         )

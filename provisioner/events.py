@@ -7,6 +7,7 @@ Pure: no I/O, no ansible_runner import. Fed one event dict at a time (live, or f
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ HOST_STATUSES = model.HOST_STATUSES
 # The probe module fails with its checks in the result when a required check fails.
 _ASSERTS = frozenset(
     {"assert", "ansible.builtin.assert", "fail", "ansible.builtin.fail", "ansible.legacy.assert",
-     "provision.gpu.stack_probe"}
+     "provision.gpu.stack_probe", "provision.gpu.host_lock"}
 )
 _MAX_MSG = 2000
+_LOOP_MSGS = ("One or more items failed", "All items completed")
 
 
 def _text(value: object) -> str:
@@ -34,17 +36,28 @@ def _text(value: object) -> str:
     return str(value)
 
 
+# dpkg's own error and its indented reason ("No space left on device"): apt runs dpkg on a pty,
+# so they reach the task's stdout, while apt's stderr says only "dpkg returned an error code (1)"
+_DPKG_ERROR = re.compile(r"^dpkg: error.*(?:\n[ \t]+\S.*)*", re.MULTILINE)
+
+
+def _dpkg_errors(res: dict[str, Any]) -> list[str]:
+    return [m.group(0).strip() for m in _DPKG_ERROR.finditer(_text(res.get("stdout")))]
+
+
 def _failure_message(res: dict[str, Any]) -> str:
     parts = [_text(res.get("msg"))]
     for key in ("stderr", "module_stderr"):
         if res.get(key):
             parts.append(_text(res[key]).strip())
-    if not parts[0] and res.get("results"):
-        parts = [
-            _text(r.get("msg"))
-            for r in res["results"]
-            if isinstance(r, dict) and r.get("failed")
-        ]
+    if (not parts[0] or parts[0] in _LOOP_MSGS) and res.get("results"):
+        # a loop: Ansible's own msg says only that an item failed; the items say what failed
+        # (apt's "Failed to fetch URL", the command's error, the lost connection)
+        items = [r for r in res["results"]
+                 if isinstance(r, dict) and (r.get("failed") or r.get("unreachable"))]
+        parts = [p for r in items for p in (*_dpkg_errors(r), _text(r.get("msg")))] or parts
+    else:
+        parts = [*_dpkg_errors(res), *parts]
     msg = " | ".join(p for p in parts if p)
     return msg[:_MAX_MSG] or "task failed"
 

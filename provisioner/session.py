@@ -341,18 +341,28 @@ def _ansible(
         progress = Progress(rstate, verbosity=s.verbosity)
         with progress:
             result = (run_fn or runner.run_playbook)(req, progress.on_event)
+        lock_run = str(extravars.get("gpu_stack_run_id") or "") if run_fn is None else ""
         if result.status == "canceled":
             echo_err("interrupted: the run was cancelled")
-            if run_fn is None and "gpu_stack_run_id" in extravars:
-                _release_locks(req, str(extravars["gpu_stack_run_id"]))
+            if lock_run:
+                _release_locks(req, lock_run)
+        elif lock_run:
+            # a host lost mid-run (connection cut, a reboot) never ran the play's release: free
+            # its lock now if it answers again (else it is taken over once stale)
+            lost = sorted(name for name, h in rstate.hosts.items() if h.unreachable)
+            if lost:
+                _release_locks(req, lock_run, limit=",".join(lost))
     rstate.apply_stats({k: dict(v) for k, v in result.stats.items()})
     out.artifacts, out.run_status, out.rc = result.artifacts, result.status, result.rc
     return rstate
 
 
-def _release_locks(req: Any, run_id: str) -> None:  # noqa: ANN401 - a runner.RunRequest
-    """After an interrupted run: release this run's provisioning locks (playbooks/unlock.yml), so
-    the next run is not refused by them. A second Ctrl-C leaves them to go stale."""
+def _release_locks(
+    req: Any, run_id: str, limit: str | None = None  # noqa: ANN401 - a runner.RunRequest
+) -> None:
+    """After an interrupted run, or on hosts lost mid-run (`limit`): release this run's
+    provisioning locks (playbooks/unlock.yml), so the next run is not refused by them. A second
+    Ctrl-C, or a host still down, leaves them to go stale."""
     import dataclasses  # noqa: PLC0415
 
     from provisioner import runner  # noqa: PLC0415
@@ -361,7 +371,7 @@ def _release_locks(req: Any, run_id: str) -> None:  # noqa: ANN401 - a runner.Ru
     unlock = dataclasses.replace(
         req, playbook="unlock.yml", ident=f"{req.ident}-unlock",
         extravars={"gpu_stack_run_id": run_id}, check=False, diff=False, tags=None,
-        skip_tags=None,
+        skip_tags=None, limit=limit or req.limit,
     )
     try:
         result = runner.run_playbook(unlock, lambda _event: None)
@@ -393,7 +403,10 @@ UNFINISHED = ("ok", "changed", "drift")
 
 def _host_status(s: Settings, h: HostState, out: Outcome) -> tuple[str, str]:
     status = h.status(check_mode=s.ansible_check)
-    if out.run_status == "canceled" and status in UNFINISHED:
+    # a `fail` check without a failed task is a probe's plan in the middle of a role (what the
+    # role was about to change when the run was cut off), not a failed host
+    unfinished = status in UNFINISHED or (status == "failed" and not h.failed)
+    if out.run_status == "canceled" and unfinished:
         return "interrupted", INTERRUPTED_MSG
     return status, h.unreachable_msg
 

@@ -77,6 +77,34 @@ def test_failed_task_becomes_a_role_task_check() -> None:
     assert "Fail a task that is not a check" in synth[0]["actual"]
 
 
+def test_a_failed_loop_item_names_its_error_not_one_or_more_items_failed() -> None:
+    """A failed apt loop (the mirror down) named only "One or more items failed"; the report must
+    carry the item's error, with the URL apt could not fetch."""
+    from provisioner.events import _failure_message  # noqa: PLC0415
+
+    url = "http://mirror.example/compute/cuda/repos/ubuntu2204/x86_64/./nvidia-dkms-535.deb"
+    res = {
+        "msg": "One or more items failed",
+        "changed": False,
+        "results": [
+            {"item": ["dkms"], "failed": False, "msg": ""},
+            {"item": ["cuda-drivers-535"], "failed": True,
+             "msg": f"'/usr/bin/apt-get install cuda-drivers-535' failed: E: Failed to fetch {url}"
+                    "  503  Service Unavailable"},
+        ],
+    }
+    msg = _failure_message(res)
+    assert url in msg and "One or more items failed" not in msg
+    # an unreachable loop (the SSH connection cut during the driver transaction) said "All items
+    # completed"
+    lost = 'Task failed: Data could not be sent to remote host "10.0.0.1".'
+    assert _failure_message({"unreachable": True, "msg": "All items completed", "results": [
+        {"unreachable": True, "msg": lost, "item": ["cuda-drivers-535"]}]}) == lost
+    # no failed item recorded: Ansible's own message stays
+    assert _failure_message({"msg": "One or more items failed", "results": [{}]}) == (
+        "One or more items failed")
+
+
 def test_assert_after_a_failed_check_adds_no_task_check() -> None:
     st = replay("run", check_mode=False)
     ids = [c["id"] for c in st.hosts["h-fail"].checks]
@@ -215,3 +243,42 @@ def test_probe_partial_lists_merge_by_id_and_a_failed_probe_keeps_its_checks() -
     }
     assert h.facts["os"] == "Ubuntu 22.04"
     assert h.failed == 1
+
+
+def test_a_refused_host_lock_is_its_preflight_lock_check_alone() -> None:
+    """The host lock refusing a second run carries its own check (preflight.lock); a `play.task`
+    check with the same message was added beside it."""
+    st = RunState()
+    msg = "another provisioning run holds this host: run r1 from root@ctl (pid 42): nothing changed"
+    st.feed({"event": "runner_on_failed", "event_data": {
+        "host": "h", "role": "", "task": "Take the host's provisioning lock",
+        "task_action": "provision.gpu.host_lock",
+        "res": {"failed": True, "msg": msg, "ansible_facts": {"provision_checks": [
+            {"id": "preflight.lock", "status": "fail", "message": msg}]}}}})
+    assert [(c["id"], c["status"]) for c in st.hosts["h"].checks] == [("preflight.lock", "fail")]
+    assert st.hosts["h"].status() == "failed"
+
+
+def test_dpkg_errors_from_apt_stdout_lead_the_message() -> None:
+    """A host out of disk during the install: dpkg's "No space left on device" reaches only the
+    task's stdout (apt runs dpkg on a pty); the report said "dpkg returned an error code (1)"."""
+    from provisioner.events import _failure_message  # noqa: PLC0415
+
+    stdout = (
+        "Unpacking cuda-nvcc-12-1 (12.1.105-1) ...\n"
+        "dpkg: error processing archive /tmp/apt-dpkg-install-W/05-cuda-cudart-12-1.deb "
+        "(--unpack):\n cannot copy extracted data for './usr/local/cuda-12.1/lib/x.so' to "
+        "'/usr/local/cuda-12.1/lib/x.so.dpkg-new': failed to write (No space left on device)\n"
+        "Selecting previously unselected package cuda-documentation-12-1.\n"
+        "Errors were encountered while processing:\n /tmp/apt-dpkg-install-W/05-cuda.deb\n"
+    )
+    err = "E: Sub-process /usr/bin/dpkg returned an error code (1)\n"
+    res = {"rc": 100, "msg": f"'/usr/bin/apt-get install cuda-toolkit-12-1' failed: {err}",
+           "stderr": err, "stdout": stdout}
+    msg = _failure_message(res)
+    assert msg.startswith("dpkg: error processing archive /tmp/apt-dpkg-install-W/05-cuda-cudart")
+    assert "failed to write (No space left on device)" in msg
+    assert "Selecting previously" not in msg and "apt-get install cuda-toolkit-12-1" in msg
+    # the same inside a loop item (the driver's transactions)
+    loop = {"msg": "One or more items failed", "results": [dict(res, failed=True)]}
+    assert "No space left on device" in _failure_message(loop)

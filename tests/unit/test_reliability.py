@@ -516,6 +516,30 @@ def test_an_interrupted_run_never_reports_a_host_ok(tmp_path: Path, demo_content
     assert hs[("h-ok", "ok")] == 0
 
 
+def test_a_host_interrupted_in_the_middle_of_a_role_is_interrupted_not_failed(
+    tmp_path: Path, demo_content: Path
+) -> None:
+    """Ctrl-C during the driver install: the role's probe had already published its plan as
+    `fail` checks (no driver package yet), and the host was reported `failed`, not interrupted."""
+
+    class CutBeforeTheAssert(Cancelled):
+        def __call__(self, req: Any, on_event: Any) -> Any:
+            self.rec["events"] = [e for e in self.rec["events"] if not (
+                e.get("event") == "runner_on_failed"
+                and (e.get("event_data") or {}).get("host") == "h-fail")]
+            return super().__call__(req, on_event)
+
+    s = session.Settings(command="run", hosts=("h-fail", "h-taskfail"),
+                         report_dir=tmp_path / "rep")
+    code = session.execute(s, state=StateDir(tmp_path / "st"), run_fn=CutBeforeTheAssert("run"),
+                           preflight_fn=probes({}))
+    assert code == 130
+    hosts = json.loads((tmp_path / "rep" / "report.json").read_text())["hosts"]
+    assert hosts["h-fail"]["status"] == "interrupted"
+    assert any(c["status"] == "fail" for c in hosts["h-fail"]["checks"])  # the plan is kept
+    assert hosts["h-taskfail"]["status"] == "failed"  # a task really failed: failed
+
+
 # ---------------------------------------------------------------- 11, 12, 13: SSH preflight
 
 

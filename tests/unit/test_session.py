@@ -197,3 +197,40 @@ def test_default_forks_check_scales_with_the_controller_runs_stay_at_16() -> Non
     assert session.default_forks("check", 1000, cpus=2) == 16
     assert session.default_forks("check", 3, cpus=16) == 3
     assert session.default_forks("check", 0, cpus=16) == 1
+
+
+def test_a_host_lost_mid_run_gets_its_lock_released(
+    tmp_path: Path, demo_content: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host lost mid-run (SSH cut, a reboot) never ran site.yml's release (Ansible drops it
+    from the play), so the next run was refused by its lock for gpu_stack_lock_stale_s: the CLI
+    runs unlock.yml on the lost hosts, with this run's id."""
+    from provisioner import runner  # noqa: PLC0415
+
+    replay = Replay("run")
+    calls: list[RunRequest] = []
+
+    def run_playbook(req: RunRequest, on_event: Any) -> RunResult:
+        calls.append(req)
+        if req.playbook == "unlock.yml":
+            return RunResult(status="successful", rc=0, artifacts=tmp_path, stats={})
+        return replay(req, on_event)
+
+    monkeypatch.setattr(runner, "run_playbook", run_playbook)
+    monkeypatch.setattr(runner, "find_ansible_playbook", lambda: "ansible-playbook")
+    session.execute(settings("run", tmp_path), state=StateDir(tmp_path / "st"),
+                    preflight_fn=probes({}))
+    assert [r.playbook for r in calls] == ["site.yml", "unlock.yml"]
+    run_id = calls[0].extravars["gpu_stack_run_id"]
+    assert calls[1].limit == "h-unreachable"
+    assert calls[1].extravars == {"gpu_stack_run_id": run_id}
+
+    # no host lost: no unlock run
+    calls.clear()
+    replay.rec["events"] = [e for e in replay.rec["events"]
+                            if (e.get("event_data") or {}).get("host") != "h-unreachable"]
+    replay.rec["stats"] = {k: {h: n for h, n in v.items() if h != "h-unreachable"}
+                           for k, v in replay.rec["stats"].items() if isinstance(v, dict)}
+    session.execute(settings("run", tmp_path), state=StateDir(tmp_path / "st"),
+                    preflight_fn=probes({"h-unreachable": "connect"}))
+    assert [r.playbook for r in calls] == ["site.yml"]
