@@ -96,7 +96,12 @@ SMALL = ("--max-bytes", "1M", "--steps", "12", "--local-steps", "4")
 
 
 def test_four_ranks_gloo_pass(torch_python: str, tmp_path: Path) -> None:
-    node, wall, rc = run_program(torch_python, tmp_path, 4)
+    # the mechanics of four ranks, not the machine's speed: 4 CPU ranks on 2 cores shared with
+    # the lab tests may straggle past the CPU row (the threshold judgements have their own tests)
+    lenient = {"allreduce_busbw_gbps": 0, "ddp_scaling_efficiency": 0, "straggler_ratio": 0}
+    node, wall, rc = run_program(
+        torch_python, tmp_path, 4, "--threshold-overrides", json.dumps(lenient), outer=300
+    )
     c = checks(node)
     assert rc == 0, node["_stderr"]
     assert node["status"] == "pass", node["checks"]
