@@ -29,7 +29,7 @@ MAX_HOSTS = 16
 _LIVE: dict[str, Fleet] = {}  # fleets owned by this process, destroyed at exit
 
 
-def stack_yaml(repo_url: str, wheels_url: str) -> str:
+def stack_yaml(repo_url: str, wheels_url: str, wheel_hashes: Sequence[str] = ()) -> str:
     """The lab's stack file (schema 1) with mirrors pointing at the lab. The lab's mirror models
     NVIDIA's real one, so it declares nothing beyond it (`nvidia_repo_carries: []`)."""
     return f"""\
@@ -45,6 +45,7 @@ mirrors:
   nvidia_repo_carries: []
   pytorch_index: null
   pytorch_find_links: {wheels_url}
+  pytorch_hashes: {json.dumps(list(wheel_hashes))}
 validation: {{backend: auto, nproc_per_node: 2, timeout_s: 120}}
 """
 
@@ -94,6 +95,7 @@ class Fleet:
         archive_url: str | None = None,
         archive_key: bytes | None = None,
         repo_key_fingerprints: Sequence[str] = (),
+        wheel_hashes: Sequence[str] = (),
     ) -> Fleet:
         """Create and boot n hosts; profiles[i] (the last one repeats) is host i's GPU profile.
         The base's personality decides the OS; archive_url/archive_key (the lab's slice of the
@@ -151,7 +153,9 @@ class Fleet:
                 encoding="utf-8",
             )
             if repo_url and wheels_url:
-                fleet.stack_path.write_text(stack_yaml(repo_url, wheels_url), encoding="utf-8")
+                fleet.stack_path.write_text(
+                    stack_yaml(repo_url, wheels_url, wheel_hashes), encoding="utf-8"
+                )
             if boot:
                 fleet.boot()
         except BaseException:

@@ -18,7 +18,7 @@ from lab.fleet import Fleet, fleets_in, owner_alive
 from lab.repo import Repo, build_repo
 from lab.server import ThreadedServer
 from lab.util import LabError, LabUnavailable, lab_dir, remove_tree
-from lab.wheelhouse import ensure_wheelhouse
+from lab.wheelhouse import ensure_wheelhouse, hashed_requirements
 
 REQUIRED_TOOLS = (
     "systemd-nspawn",
@@ -238,6 +238,7 @@ class Lab:
                 else self.repo.archive_keyring.read_bytes()
             ),
             repo_key_fingerprints=self.repo.key_fingerprints,
+            wheel_hashes=hashed_requirements(self.ensure_wheelhouse()),
         )
 
     def fleets(self) -> list[Fleet]:

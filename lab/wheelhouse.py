@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 from lab.util import LabError, file_lock, run
@@ -57,3 +60,21 @@ def ensure_wheelhouse(lab: Path, requirement: str = TORCH_REQUIREMENT) -> Path:
             shutil.rmtree(house)
         tmp.rename(house)
     return house
+
+
+def hashed_requirements(house: Path) -> list[str]:
+    """Every wheel of the wheelhouse as a pinned requirement with its sha256, the format
+    `pip-compile --generate-hashes` writes (the stack's mirrors.pytorch_hashes: a find-links
+    mirror serves no hashes of its own)."""
+    pins: dict[str, list[str]] = defaultdict(list)
+    for whl in sorted(house.glob("*.whl")):
+        m = re.match(r"^([A-Za-z0-9_.]+)-([^-]+)-", whl.name)
+        if not m:
+            raise LabError(f"not a wheel file name: {whl}")
+        name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+        digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+        pins[f"{name}=={m.group(2)}"].append(digest)
+    return [
+        pin + "".join(f" --hash=sha256:{h}" for h in sorted(set(digests)))
+        for pin, digests in sorted(pins.items())
+    ]

@@ -79,6 +79,7 @@ SCHEMA: dict[str, Any] = {
         "nvidia_repo_carries": Field((list,)),
         "pytorch_index": _s(r"^(https?|file)://", nullable=True),
         "pytorch_find_links": _s(None, nullable=True),
+        "pytorch_hashes": Field((list,)),
     },
     "validation": {
         "enabled": Field((bool,)),
@@ -514,8 +515,54 @@ def _rule_venv(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any]
         errors.append(f"pytorch.venv: {_show(venv)} {problem}")
 
 
+# One pinned requirement with its hashes, as `pip-compile --generate-hashes` writes them.
+HASHED_REQUIREMENT = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)((\s+--hash=sha256:[0-9a-f]{64})+)$"
+)
+
+
+def _rule_hashes(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+                 errors: list[str], warnings: list[str]) -> None:
+    """Wheels are verified: an index pip downloads from carries sha256 fragments pip checks; a
+    find-links mirror alone (a directory listing) carries none, so the stack must give them."""
+    mirrors, pt = data["mirrors"], data["pytorch"]
+    hashes = [str(h).strip() for h in mirrors.get("pytorch_hashes") or []]
+    if mirrors.get("pytorch_find_links") and not mirrors.get("pytorch_index") and not hashes:
+        errors.append(
+            "mirrors.pytorch_find_links without mirrors.pytorch_index: a find-links mirror serves "
+            "no hashes pip can check; list every wheel's pin and sha256 in mirrors.pytorch_hashes "
+            "(pip-compile --generate-hashes output: 'torch==X --hash=sha256:...')"
+        )
+        return
+    names: dict[str, str] = {}
+    for line in hashes:
+        m = HASHED_REQUIREMENT.match(line)
+        if not m:
+            errors.append(
+                f"mirrors.pytorch_hashes: {_show(line)} is not 'name==version "
+                "--hash=sha256:<64 hex>' (one or more hashes)"
+            )
+            continue
+        names[m.group("name").lower().replace("_", "-")] = m.group("version")
+    if not hashes or len(names) != len(hashes):
+        return
+    cpu = str(pt["build"]) == CPU_BUILD
+    for pkg in ("torch", "torchvision", "torchaudio"):
+        want = pt["version"] if pkg == "torch" else pt[pkg]
+        if not want:
+            continue
+        got = names.get(pkg)
+        # CPU wheels are `X` on PyPI and `X+cpu` on download.pytorch.org; CUDA ones `X+cuXY`
+        label = "+cpu" if cpu else "+" + str(pt["build"])
+        if got not in ((f"{want}{label}", str(want)) if cpu else (f"{want}{label}",)):
+            errors.append(
+                f"mirrors.pytorch_hashes pins {pkg} {got or '(not at all)'}, the stack wants "
+                f"{want}{label}"
+            )
+
+
 RULES = (_rule_driver, _rule_libraries, _rule_pytorch, _rule_validation, _rule_distros,
-         _rule_venv)
+         _rule_venv, _rule_hashes)
 
 
 def _rules(data: dict[str, Any], matrix: dict[str, Any]) -> tuple[list[str], list[str]]:

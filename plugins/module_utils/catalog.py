@@ -215,6 +215,13 @@ CATALOG = {
         "remediation": "run `provision` on the host; a driver too old for the CUDA "
         "build shows here",
     },
+    "pytorch.hashes": {
+        "verifies": "the torch wheels are verified by sha256: from an index (pip checks the hashes "
+        "its links carry) or, with a find-links mirror, from mirrors.pytorch_hashes (pip "
+        "--require-hashes); without either nothing is installed",
+        "remediation": "list the wheels' pins and sha256 in mirrors.pytorch_hashes "
+        "(pip-compile --generate-hashes), or use an index",
+    },
     "pytorch.version": {
         "verifies": "the venv holds the stack's torch (and torchvision/torchaudio "
         "when given) from the stack's index",

@@ -1489,8 +1489,38 @@ class Judge(object):
             reqs.append("torchaudio==%s%s" % (ta, label))
         index = pt.get("index_url") or ""
         links = pt.get("find_links") or ""
+        hashes = [str(h).strip() for h in pt.get("hashes") or [] if str(h).strip()]
         pip_args = (["--index-url", index] if index else ["--no-index"]) + (
             ["--find-links", links] if links else []
+        )
+        requirements = venv + "/provision-requirements.txt"
+        # with hashes, pip installs exactly the pinned wheels and refuses one whose sha256 differs
+        # (--require-hashes: every requirement, dependencies too, pinned and hashed)
+        install_args = pip_args + (
+            ["--require-hashes", "-r", requirements] if hashes else list(reqs)
+        )
+        if hashes:
+            hashes_status, hashes_actual = "pass", "%d pinned wheels with sha256" % len(hashes)
+            hashes_msg = "pip installs with --require-hashes"
+        elif index:
+            hashes_status, hashes_actual = "pass", "index %s" % index
+            hashes_msg = "pip checks the sha256 the index's links carry"
+        else:
+            hashes_status, hashes_actual = "fail", "find-links %s, no hashes" % (links or "-")
+            hashes_msg = (
+                "a find-links mirror serves no hashes pip can check: the wheels would be "
+                "installed unverified, so nothing is installed"
+            )
+        self.add(
+            "pytorch.hashes",
+            hashes_status,
+            "wheels verified by sha256 (the index's, or mirrors.pytorch_hashes)",
+            hashes_actual,
+            hashes_msg,
+            ""
+            if hashes_status == "pass"
+            else "list the wheels' pins and sha256 in mirrors.pytorch_hashes "
+            "(pip-compile --generate-hashes), or use an index",
         )
         matches = (
             f.get("torch_version") in accepted
@@ -1502,8 +1532,11 @@ class Judge(object):
             "python": pt.get("python") or "python3",
             "venv_python": venv + "/bin/python",
             "create_venv": not t.get("pip_exists"),
-            "install": [] if matches else reqs,
+            "install": [] if matches or hashes_status != "pass" else reqs,
             "pip_args": pip_args,
+            "install_args": install_args,
+            "requirements_file": requirements if hashes else "",
+            "requirements_content": "".join(h + "\n" for h in hashes),
         }
         self.report.update(
             {

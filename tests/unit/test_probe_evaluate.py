@@ -350,8 +350,13 @@ def test_el_pinned_version_names_the_versioned_packages_beside_the_stream() -> N
     assert plan["pin_content"] == ""  # versionlock after the install, no apt preferences
     (t,) = plan["transactions"]
     assert "@nvidia-driver:535-dkms" in t
-    for name in ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms",
-                 "nvidia-persistenced", "nvidia-fabric-manager"):
+    for name in (
+        "nvidia-driver",
+        "nvidia-driver-cuda",
+        "kmod-nvidia-latest-dkms",
+        "nvidia-persistenced",
+        "nvidia-fabric-manager",
+    ):
         assert f"{name}-{V_OLD}" in t, (name, t)
     assert "nvidia-persistenced" not in t  # only the versioned name
     opened = judge(
@@ -645,3 +650,44 @@ def test_debian_branch_change_also_moves_the_recommended_nvidia_settings() -> No
     assert "nvidia-settings" in plan["remove"]
     assert "nvidia-kernel-common" not in plan["remove"]  # a contrib helper, not a driver version
     assert r["by_id"]["driver.branch"]["status"] != "pass"
+
+
+def test_pytorch_wheels_are_verified_by_the_index_or_the_stacks_hashes() -> None:
+    """Issue 14: every download verified. An index: pip checks its links' sha256. A find-links
+    mirror: pip --require-hashes from mirrors.pytorch_hashes. Neither: nothing is installed."""
+    h = FakeHost().gpus()
+    by_index = judge(h, ["pytorch"])
+    assert by_index["by_id"]["pytorch.hashes"]["status"] == "pass"
+    plan = by_index["plan"]["pytorch"]
+    assert "--require-hashes" not in plan["install_args"] and plan["requirements_file"] == ""
+    assert plan["install_args"][-1].startswith("torch==")
+    pins = [
+        "torch==2.5.1+cu121 --hash=sha256:" + "b" * 64,
+        "filelock==3.0 --hash=sha256:" + "c" * 64,
+    ]
+    hashed = judge(
+        h,
+        ["pytorch"],
+        stack(
+            **{"pytorch.index_url": "", "pytorch.find_links": "http://m/w/", "pytorch.hashes": pins}
+        ),
+    )
+    assert hashed["by_id"]["pytorch.hashes"]["status"] == "pass"
+    plan = hashed["plan"]["pytorch"]
+    assert plan["install_args"] == [
+        "--no-index",
+        "--find-links",
+        "http://m/w/",
+        "--require-hashes",
+        "-r",
+        "/opt/pytorch/provision-requirements.txt",
+    ]
+    assert plan["requirements_content"] == "".join(p + "\n" for p in pins)
+    assert plan["install"]  # torch is not there yet: it is installed
+    bare = judge(
+        h, ["pytorch"], stack(**{"pytorch.index_url": "", "pytorch.find_links": "http://m/w/"})
+    )
+    check = bare["by_id"]["pytorch.hashes"]
+    assert check["status"] == "fail" and "unverified" in check["message"]
+    assert "mirrors.pytorch_hashes" in check["remediation"]
+    assert bare["plan"]["pytorch"]["install"] == []

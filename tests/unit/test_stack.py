@@ -159,8 +159,13 @@ def test_all_errors_are_reported_together() -> None:
         {"cudnn": {"version": "9.1.0.70"}},
         {"pytorch": {"version": "2.1.0", "torchvision": "0.16.0", "torchaudio": "2.1.0"}},
         {"pytorch": {"version": "2.13.0", "build": "cpu"}},
-        {"validation": {"nproc_per_node": 4, "backend": "gloo",
-                        "thresholds": {"allreduce_busbw_gbps": 100, "straggler_ratio": 0.8}}},
+        {
+            "validation": {
+                "nproc_per_node": 4,
+                "backend": "gloo",
+                "thresholds": {"allreduce_busbw_gbps": 100, "straggler_ratio": 0.8},
+            }
+        },
     ],
 )
 def test_good_combinations(user: dict) -> None:
@@ -322,3 +327,42 @@ def test_matrix_says_what_the_default_torch_really_uses() -> None:
     row = next(r for r in matrix["cuda"][s.cuda_version]["cudnn"] if r["major"] == s.cudnn_major)
     assert "PyTorch does not use it" in row["source"]
     assert str(rel["bundled"]["cudnn"]).split(".")[0] != str(s.cudnn_major)
+
+
+H = "--hash=sha256:" + "a" * 64
+
+
+def test_a_find_links_mirror_alone_needs_hashes_naming_the_format() -> None:
+    """Issue 14: every download verified. A find-links directory serves no hashes pip can check."""
+    msg = _err({"mirrors": {"pytorch_index": None, "pytorch_find_links": "http://m/wheels/"}})
+    assert "mirrors.pytorch_hashes" in msg and "pip-compile --generate-hashes" in msg
+    ok = {
+        "pytorch": {"version": "2.13.0", "build": "cpu"},
+        "mirrors": {
+            "pytorch_index": None,
+            "pytorch_find_links": "http://m/wheels/",
+            "pytorch_hashes": [f"torch==2.13.0+cpu {H}", f"filelock==3.0 {H} {H}"],
+        },
+    }
+    assert stack.resolve(ok).to_extravars()["gpu_stack_mirrors_pytorch_hashes"] == [
+        f"torch==2.13.0+cpu {H}",
+        f"filelock==3.0 {H} {H}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("hashes", "rule"),
+    [
+        (["torch==2.13.0"], "is not 'name==version --hash=sha256:<64 hex>'"),
+        ([f"torch>=2.13.0 {H}"], "is not 'name==version"),
+        (["torch==2.13.0 --hash=md5:abc"], "is not 'name==version"),
+        ([f"filelock==3.0 {H}"], "pins torch (not at all), the stack wants 2.13.0+cpu"),
+        ([f"torch==2.12.0 {H}"], "pins torch 2.12.0, the stack wants 2.13.0+cpu"),
+    ],
+)
+def test_bad_hash_lists_name_the_line(hashes: list[str], rule: str) -> None:
+    user = {
+        "pytorch": {"version": "2.13.0", "build": "cpu"},
+        "mirrors": {"pytorch_find_links": "http://m/wheels/", "pytorch_hashes": hashes},
+    }
+    assert rule in _err(user)
