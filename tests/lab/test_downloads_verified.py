@@ -53,6 +53,9 @@ def test_a_wheel_whose_sha256_differs_from_the_stacks_is_refused(
 ) -> None:
     fleet = fleet_factory(1, profiles=("h100-sxm-8",))
     host = fleet.hosts[0].name
+    # the lab's base image carries torch already (baked to save time): take it away, so the
+    # role has to install it from the mirror
+    fleet.run(host, "rm -rf /opt/pytorch")
     lab_stack = yaml.safe_load(fleet.stack_path.read_text(encoding="utf-8"))
     pins = list(lab_stack["mirrors"]["pytorch_hashes"])
     assert any(p.startswith("torch==") for p in pins), pins
