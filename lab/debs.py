@@ -8,6 +8,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import util
 from lab.util import run
 
 
@@ -89,23 +90,9 @@ class Deb:
 
     def build_cached(self, outdir: Path, workdir: Path, cache: Path) -> Path:
         """Like build(), but reuse an identical package built before (cache/<digest>.deb)."""
-        key = self.digest()
-        cached = cache / key[:2] / f"{key}.deb"
-        out = outdir / self.filename
-        if not cached.exists():
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmpdir = workdir / f"c-{key[:16]}"
-            tmpdir.mkdir(parents=True, exist_ok=True)
-            built = self.build(tmpdir, workdir)
-            tmp = cached.with_suffix(f".tmp.{os.getpid()}")
-            shutil.move(built, tmp)
-            tmp.rename(cached)
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        try:
-            os.link(cached, out)
-        except OSError:
-            shutil.copy2(cached, out)
-        return out
+        return util.build_cached(
+            self.digest(), self.filename, self.build, outdir=outdir, workdir=workdir, cache=cache
+        )
 
     def build(self, outdir: Path, workdir: Path) -> Path:
         """dpkg-deb --build this package into outdir."""

@@ -72,9 +72,7 @@ def os_id(os_release: Path) -> str:
 
 
 def wanted(entries: list[Entry], purpose: str, distro: str) -> list[Entry]:
-    return [
-        e for e in entries if e.group in GROUPS[purpose] and (not e.only or distro in e.only)
-    ]
+    return [e for e in entries if e.group in GROUPS[purpose] and (not e.only or distro in e.only)]
 
 
 def missing_packages(names: list[str]) -> list[str]:

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import util
 from lab.util import clean_env, run
 
 
@@ -138,20 +138,7 @@ class Rpm:
         return final
 
     def build_cached(self, outdir: Path, workdir: Path, cache: Path) -> Path:
-        key = self.digest()
-        cached = cache / key[:2] / f"{key}.rpm"
-        out = outdir / self.filename
-        if not cached.exists():
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmpdir = workdir / f"c-{key[:16]}"
-            tmpdir.mkdir(parents=True, exist_ok=True)
-            built = self.build(tmpdir, workdir)
-            tmp = cached.with_suffix(f".tmp.{os.getpid()}")
-            shutil.move(built, tmp)
-            tmp.rename(cached)
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        try:
-            os.link(cached, out)
-        except OSError:
-            shutil.copy2(cached, out)
-        return out
+        """Like build(), but reuse an identical package built before (cache/<digest>.rpm)."""
+        return util.build_cached(
+            self.digest(), self.filename, self.build, outdir=outdir, workdir=workdir, cache=cache
+        )

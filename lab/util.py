@@ -6,7 +6,7 @@ import fcntl
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -112,3 +112,32 @@ def remove_tree(path: Path) -> None:
         return
     unmount_all(path)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def build_cached(
+    digest: str,
+    filename: str,
+    build: Callable[[Path, Path], Path],
+    *,
+    outdir: Path,
+    workdir: Path,
+    cache: Path,
+) -> Path:
+    """A package file in outdir built by build(tmpdir, workdir), or an identical one built before
+    (cache/<digest[:2]>/<digest><suffix>, linked or copied); the cache is filled atomically."""
+    cached = cache / digest[:2] / f"{digest}{Path(filename).suffix}"
+    out = outdir / filename
+    if not cached.exists():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmpdir = workdir / f"c-{digest[:16]}"
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        built = build(tmpdir, workdir)
+        tmp = cached.with_suffix(f".tmp.{os.getpid()}")
+        shutil.move(built, tmp)
+        tmp.rename(cached)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    try:
+        os.link(cached, out)
+    except OSError:
+        shutil.copy2(cached, out)
+    return out
