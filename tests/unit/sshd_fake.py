@@ -50,7 +50,9 @@ class _Server(paramiko.ServerInterface):
                 proc.kill()
             finally:
                 proc.stdout.close()
-            channel.close()
+            # the client may have gone first (a refused key): nothing left to close cleanly
+            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                channel.close()
 
         threading.Thread(target=work, daemon=True).start()
         return True
