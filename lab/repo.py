@@ -18,7 +18,6 @@ files are the models' facts.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import shutil
 import tempfile
@@ -657,7 +656,6 @@ def build_rpm_repo(  # noqa: PLR0917
     work = tmp / "build"
     work.mkdir(exist_ok=True)
     built = [to_rpm(p, repo_model, cache) for p in repo_model.packages]
-    signed_cache = cache.parent / f"rpms-{hashlib.sha256(signer.armored.encode()).hexdigest()[:8]}"
     paths = []
     for rpm in built:
         paths.append(rpm.build_cached(out, work, cache.parent / "rpms"))
@@ -667,7 +665,6 @@ def build_rpm_repo(  # noqa: PLR0917
         p.unlink()
         p.write_bytes(data)
     _sign_rpms(signer, paths)
-    del signed_cache
     _createrepo(out, _modules_yaml(repo_model, built), tmp)
     spec = repo_model.data["repo_file"]
     (out / str(spec["gpgkey"])).write_text(signer.armored, encoding="utf-8")
