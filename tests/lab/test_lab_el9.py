@@ -10,21 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from lab_shell import ok, sh
 
 from lab.repo import rpm_tools_missing
 
 VENV_BIN = Path(sys.executable).parent
-
-
-def sh(fleet, host, command, timeout=300):
-    res = fleet.run(host, command, timeout=timeout)
-    return res.rc, res.stdout + res.stderr
-
-
-def ok(fleet, host, command, timeout=300):
-    rc, out = sh(fleet, host, command, timeout)
-    assert rc == 0, f"{command}\n{out[-3000:]}"
-    return out
 
 
 def ansible(fleet, *args):

@@ -8,28 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab_shell import APT, enable_repo, ok, sh
+
 VENV_BIN = Path(sys.executable).parent
-APT = "DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0"
-
-
-def sh(fleet, host, command, timeout=300):
-    res = fleet.run(host, command, timeout=timeout)
-    return res.rc, res.stdout + res.stderr
-
-
-def ok(fleet, host, command, timeout=300):
-    rc, out = sh(fleet, host, command, timeout)
-    assert rc == 0, f"{command}\n{out[-3000:]}"
-    return out
-
-
-def enable_repo(fleet, host):
-    ok(
-        fleet,
-        host,
-        'cd /tmp && python3 -c "import urllib.request as u; '
-        f"u.urlretrieve('{fleet.keyring_url}', 'k.deb')\" && {APT} install ./k.deb && {APT} update",
-    )
 
 
 def test_ubuntu2204_is_ubuntu_2204_to_ansible_and_lsb_release(lab, fleet_factory, tmp_path):

@@ -10,31 +10,10 @@ from __future__ import annotations
 import re
 import urllib.request
 
-APT = "DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0"
+from lab_shell import APT, enable_repo, ok, sh
+
 D535_OLD, D535_NEW = "535.129.03", "535.154.05"
 U = "0ubuntu1"
-
-
-def sh(fleet, host, command, timeout=300):
-    res = fleet.run(host, command, timeout=timeout)
-    return res.rc, res.stdout + res.stderr
-
-
-def ok(fleet, host, command, timeout=300):
-    rc, out = sh(fleet, host, command, timeout)
-    assert rc == 0, f"{command}\n{out[-3000:]}"
-    return out
-
-
-def enable_repo(fleet, host):
-    """What NVIDIA's instructions do: install cuda-keyring from the repository, apt-get update."""
-    ok(
-        fleet,
-        host,
-        'cd /tmp && python3 -c "import urllib.request as u; '
-        f"u.urlretrieve('{fleet.keyring_url}', 'cuda-keyring_1.1-1_all.deb')\" && "
-        f"{APT} install ./cuda-keyring_1.1-1_all.deb && {APT} update",
-    )
 
 
 def headers(fleet, host):
