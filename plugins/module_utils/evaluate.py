@@ -17,8 +17,8 @@ import re
 from typing import Any
 
 from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
+from ansible_collections.provision.gpu.plugins.module_utils.components.base import Context
 from ansible_collections.provision.gpu.plugins.module_utils.platforms import (
-    Platform,
     upstream_version,
 )
 
@@ -65,54 +65,9 @@ def vtuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", version or ""))
 
 
-class Judge(object):
-    """One evaluation: facts + stack + mode -> checks, report, plan."""
-
-    def __init__(self, facts: dict[str, Any], stack: dict[str, Any], check_mode: bool) -> None:
-        self.facts = facts
-        self.stack = stack
-        self.check_mode = check_mode
-        o = facts.get("os") or {}
-        self.plat = Platform(o.get("os_release") or {}, o.get("arch") or "", o.get("kernel") or "")
-        self.host = str(stack.get("host") or "HOST")
-        self.checks: list[dict[str, Any]] = []
-        self.report: dict[str, Any] = {}
-        self.plan: dict[str, Any] = {}
-
-    # ------------------------------------------------------------------ helpers
-    @property
-    def bad(self) -> str:
-        return "drift" if self.check_mode else "fail"
-
-    @property
-    def fix(self) -> str:
-        return "run `provision --host %s`" % self.host
-
-    def add(
-        self,
-        cid: str,
-        status: str,
-        expected: str | None,
-        actual: str | None,
-        message: str,
-        remediation: str = "",
-    ) -> dict[str, Any]:
-        record = {
-            "id": cid,
-            "status": status,
-            "expected": expected,
-            "actual": actual,
-            "message": message,
-            "remediation": remediation if status != "pass" else "",
-        }
-        if status == "pass" and not remediation:
-            record["remediation"] = ""
-        self.checks.append(record)
-        return record
-
-    def section(self, name: str) -> dict[str, Any]:
-        value = self.facts.get(name)
-        return value if isinstance(value, dict) else {}
+class Judge(Context):
+    """One evaluation: facts + stack + mode -> checks, report, plan (components not yet moved to
+    components/ are judged here)."""
 
     @property
     def installed(self) -> dict[str, dict[str, Any]]:
