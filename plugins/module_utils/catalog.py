@@ -306,7 +306,7 @@ CATALOG = {
     "validation.multinode": {
         "verifies": "all-reduce and DDP across all hosts of the play, over the network",
         "remediation": "check the network between the hosts "
-        "(validation_network_interface, firewall on "
+        "(gpu_stack_validation_network_interface, firewall on "
         "validation_master_port, the first host's address; "
         "NCCL_DEBUG=INFO)",
     },

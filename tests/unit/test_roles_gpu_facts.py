@@ -10,7 +10,8 @@ import conftest  # noqa: F401 - puts the collection on sys.path
 import pytest
 from ansible_collections.provision.gpu.plugins.module_utils import gpu as ngf
 
-# Real formats from nvidia-facts.md §6 (header line and topo legend verbatim).
+# Real formats (header line and topo legend verbatim, as in the captures of
+# tests/unit/fixtures/captures/nvidia-smi__*.txt and nvidia-smi-topo-m__*.txt).
 HEADER_535 = """Tue Dec  2 18:00:00 2026
 +---------------------------------------------------------------------------------------+
 | NVIDIA-SMI 535.154.05             Driver Version: 535.154.05   CUDA Version: 12.2     |

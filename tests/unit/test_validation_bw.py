@@ -19,9 +19,10 @@ from provision_validate import bw
 
 # (source, nranks, size_bytes, time_us, algbw, busbw)
 ROWS = [
-    # shared/reference/nvidia-facts.md section 7 (out-of-place and in-place of one row); 2 ranks
-    ("nvidia-facts.md s7", 2, 1073741824, 9306.7, 115.37, 115.37),
-    ("nvidia-facts.md s7 in-place", 2, 1073741824, 9291.5, 115.56, 115.56),
+    # an nccl-tests all_reduce_perf row (NVIDIA/nccl-tests:src/util.cu column layout; out-of-place
+    # and in-place of one row); 2 ranks
+    ("nccl-tests row", 2, 1073741824, 9306.7, 115.37, 115.37),
+    ("nccl-tests row in-place", 2, 1073741824, 9291.5, 115.56, 115.56),
     # NVIDIA/dgx-spark-playbooks PR #103 (2 nodes x 1 GB10)
     ("NVIDIA/dgx-spark-playbooks#103", 2, 65536, 67.93, 0.96, 0.96),
     # kvcache-ai/Mooncake PR #3484 (8 ranks: factor 2*7/8 = 1.75)

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles" / "validati
 from provision_validate import checks
 
 THR = {"row": "cpu-gloo", "allreduce_busbw_gbps": 0.05, "ddp_scaling_efficiency": 0.05,
-       "straggler_ratio": 0.7, "source": "test-lab.md", "note": "backend gloo on CPU: GPU "
+       "straggler_ratio": 0.7, "source": "the lab", "note": "backend gloo on CPU: GPU "
        "thresholds not applicable", "overridden": []}
 
 

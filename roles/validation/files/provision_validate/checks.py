@@ -22,7 +22,7 @@ REMEDIATION = {
         "dmesg) and host load; parameter divergence means a rank computes wrong results "
         "(bad GPU/memory) - drain the node"),
     "validation.multinode": (
-        "check the network between the hosts: validation_network_interface "
+        "check the network between the hosts: gpu_stack_validation_network_interface "
         "(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME), firewall on validation_master_port, "
         "the first host's address; NCCL_DEBUG=INFO shows the transport"),
 }

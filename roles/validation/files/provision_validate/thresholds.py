@@ -105,7 +105,8 @@ def lookup(  # noqa: PLR0917 - the lookup key, then overrides: callers pass all 
     elif found is None and topo == "network":
         result["note"] = (
             "multi-node NCCL: busbw is bound by the NICs (~0.92-0.96 x NICs x rate per node, "
-            "performance-anchors.md); reported, not judged unless validation_thresholds sets "
+            "NVIDIA/nccl-tests:doc/PERFORMANCE.md bus bandwidth); reported, not judged unless "
+            "gpu_stack_validation_thresholds sets "
             "allreduce_busbw_gbps")
     elif found is None:
         result["note"] = (
