@@ -8,6 +8,7 @@ beside the evaluator that produces them.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,9 @@ from provisioner.events import owner_of
 from provisioner.exitcodes import SetupError
 
 COLLECTION_CATALOG = Path("module_utils") / "catalog.py"
+# loaded by path (a fresh module: the collection provision runs, whatever else is imported); its
+# own imports (the components) resolve through the collections path
+CATALOG_MODULE = "provision_collection_catalog"
 
 
 @dataclass(frozen=True)
@@ -56,19 +60,36 @@ def _entries(raw: object) -> list[CheckInfo]:
     return out
 
 
+def collections_path_of(plugins: Path) -> Path:
+    """The directory holding ansible_collections/provision/gpu for a collection's plugins/ (a
+    checkout: playbooks/collections beside it; an installed collection: four levels up)."""
+    beside = plugins.parent / "playbooks" / "collections"
+    if (beside / "ansible_collections" / "provision" / "gpu").is_dir():
+        return beside
+    parents = plugins.resolve().parents
+    return parents[3] if len(parents) > 3 else plugins.parent
+
+
 def from_collection(plugins: Path) -> list[CheckInfo] | None:
-    """The collection's catalogue, or None when the content has none."""
+    """The collection's catalogue (derived from its components), or None when it has none."""
     path = plugins / COLLECTION_CATALOG
     if not path.is_file():
         return None
-    spec = importlib.util.spec_from_file_location("provision_collection_catalog", path)
-    if spec is None or spec.loader is None:
-        return None
-    module = importlib.util.module_from_spec(spec)
+    where = str(collections_path_of(plugins))
+    added = where not in sys.path
+    if added:
+        sys.path.insert(0, where)
     try:
+        spec = importlib.util.spec_from_file_location(CATALOG_MODULE, path)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except Exception as exc:  # any error in that code: a broken install
         raise SetupError(f"check catalogue {path} cannot be loaded: {exc}") from exc
+    finally:
+        if added:
+            sys.path.remove(where)
     for name in ("CATALOG", "CHECKS", "catalog"):
         raw = getattr(module, name, None)
         raw = raw() if callable(raw) else raw

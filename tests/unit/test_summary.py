@@ -73,8 +73,8 @@ def _produced_check_ids() -> set[str]:
     per-library ones), the modules' own (lock, first-boot wait), the roles' YAML (validation)."""
     ids: set[str] = set()
     utils = REPO / "plugins" / "module_utils"
-    text = (utils / "evaluate.py").read_text()
-    ids |= set(re.findall(r'self\.add\(\s*"([a-z_]+\.[a-z_]+)"', text))
+    for path in [utils / "evaluate.py", *(utils / "components").glob("*.py")]:
+        ids |= set(re.findall(r'\.add\(\s*"([a-z_]+\.[a-z_]+)"', path.read_text()))
     ids |= {f"{lib}.{what}" for lib in ("cudnn", "nccl") for what in ("version", "hold")}
     for path in [*(REPO / "plugins" / "modules").glob("*.py"), *(REPO / "roles").rglob("*.yml")]:
         ids |= set(re.findall(r"\bid\b['\"]?:\s*['\"]?([a-z_]+\.[a-z_]+)", path.read_text()))
