@@ -240,6 +240,12 @@ CATALOG = {
         "remediation": "compare the keyring with NVIDIA's key (gpg --show-keys); for a mirror "
         "re-signed with a site key, add that key's fingerprint to gpu_stack_repo_key_fingerprints",
     },
+    "repo.package_state": {
+        "verifies": "Debian family: dpkg's last run finished (no journal left, no half-configured "
+        "package): an install cut short by a lost connection, Ctrl-C or a reboot blocks apt",
+        "remediation": "run `provision` on the host (dpkg --configure -a, then apt-get "
+        "--fix-broken install)",
+    },
     "repo.source": {
         "verifies": "exactly one sources entry (or .repo) for NVIDIA's repository, "
         "and it carries the stack's CUDA toolkit",

@@ -238,6 +238,7 @@ def apt_policy_section(io: HostIO, names: list[str]) -> dict[str, Any]:
 
 
 KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"  # what cuda-keyring installs
+OLD_KEY = "7FA2AF80"  # the repository key NVIDIA rotated out in April 2022
 
 
 def sources_section(io: HostIO, plat: Platform) -> dict[str, Any]:
@@ -252,11 +253,22 @@ def sources_section(io: HostIO, plat: Platform) -> dict[str, Any]:
         keyring = key_data is not None
         fingerprints = p.openpgp_fingerprints(key_data) if key_data else []
         apt_key = io.which("apt-key") is not None and io.which("gpg") is not None
+        # NVIDIA's rotated key (7fa2af80, 2022) in apt's trusted keyrings: `apt-key del` removes it
+        old_key = False
+        trusted = ["/etc/apt/trusted.gpg"] + [
+            "/etc/apt/trusted.gpg.d/" + f
+            for f in io.listdir("/etc/apt/trusted.gpg.d")
+            if f.endswith(".gpg")
+        ]
+        for path in trusted:
+            data = io.read_bytes(path)
+            if data and any(f.endswith(OLD_KEY) for f in p.openpgp_fingerprints(data)):
+                old_key = True
     else:
         candidates = [
             "/etc/yum.repos.d/" + f for f in io.listdir("/etc/yum.repos.d") if f.endswith(".repo")
         ]
-        keyring = apt_key = False
+        keyring = apt_key = old_key = False
         fingerprints = []
     for path in candidates:
         text = io.read(path)
@@ -267,6 +279,7 @@ def sources_section(io: HostIO, plat: Platform) -> dict[str, Any]:
         "keyring": keyring,
         "keyring_fingerprints": fingerprints,
         "apt_key": apt_key,
+        "old_key": old_key,
     }
 
 

@@ -445,6 +445,16 @@ class Judge(Context):
             str(f).replace(" ", "").upper()
             for f in (self.stack.get("repo") or {}).get("key_fingerprints") or []
         ]
+        if src.get("old_key"):
+            self.add(
+                "repo.key",
+                self.bad,
+                "NVIDIA's rotated key 7fa2af80 not trusted by apt",
+                "7fa2af80 in /etc/apt/trusted.gpg(.d)",
+                "apt still trusts the repository key NVIDIA rotated out in 2022",
+                "%s (or `apt-key del 7fa2af80`)" % self.fix,
+            )
+            return
         if not wanted:
             self.add("repo.key", "skip", None, None, "no key fingerprints configured", "")
             return
@@ -478,6 +488,27 @@ class Judge(Context):
             ),
         )
 
+    def _package_state_check(self) -> None:
+        """dpkg finished its last run: an install cut short (a lost connection, Ctrl-C, a reboot)
+        leaves its journal or half-configured packages; apt refuses to work until dpkg ends it."""
+        pk = self.section("packages")
+        if not self.plat.apt:
+            self.add("repo.package_state", "skip", None, None, "dpkg only (apt family)", "")
+            return
+        broken = [str(n) for n in pk.get("broken") or []]
+        if not self.dpkg_interrupted():
+            self.add("repo.package_state", "pass", "dpkg's last run finished", "finished",
+                     "no interrupted dpkg run, no half-configured package")
+            return
+        self.add(
+            "repo.package_state",
+            self.bad,
+            "dpkg's last run finished",
+            "interrupted" + (": " + " ".join(broken) if broken else " (dpkg journal not empty)"),
+            "an earlier install was cut short: apt refuses to work until dpkg finishes it",
+            self.fix,
+        )
+
     def repo(self) -> None:
         plat = self.plat
         base = str((self.stack.get("mirrors") or {}).get("nvidia_repo") or "").rstrip("/")
@@ -492,6 +523,7 @@ class Judge(Context):
             "rewrite": [],
             "dpkg_repair": self.dpkg_interrupted(),
         }
+        self._package_state_check()
         if plat.apt:
             list_file = "/etc/apt/sources.list.d/cuda-%s-%s.list" % (plat.repo_dir, plat.arch_dir)
             keyring = "/usr/share/keyrings/cuda-archive-keyring.gpg"
@@ -503,7 +535,7 @@ class Judge(Context):
                     % (url, (self.stack.get("repo") or {}).get("keyring_version") or "1.1-1"),
                     "keyring_installed": "cuda-keyring" in self.installed,
                     # NVIDIA rotated its apt key 7fa2af80 out in 2022 (apt-key del 7fa2af80)
-                    "remove_old_key": bool(src.get("apt_key")),
+                    "remove_old_key": bool(src.get("apt_key") and src.get("old_key")),
                 }
             )
             entries = 0
@@ -942,6 +974,20 @@ class Judge(Context):
                 "%s %s active" % (" ".join(names), user or expected_version),
                 "%s %s %s" % (" ".join(fm_inst) or "not installed", fm_ver, fm.get("active", "?")),
                 "fabric manager must equal the driver version on NVSwitch systems",
+                self.fix,
+            )
+        elif (
+            not self.gpu.get("lspci_available")
+            and str(self.drv().get("fabricmanager") or "auto") == "auto"
+        ):
+            # minimal images lack lspci: an HGX A100 (no Fabric section in nvidia-smi -q) is then
+            # not seen as an NVSwitch system; the role installs pciutils and probes again
+            self.add(
+                "driver.fabricmanager",
+                self.bad,
+                "NVSwitch presence known (lspci)",
+                "lspci missing (pciutils not installed)",
+                "cannot tell whether NVSwitch is present without lspci",
                 self.fix,
             )
         else:

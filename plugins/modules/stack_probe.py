@@ -53,6 +53,18 @@ options:
     type: list
     elements: str
     default: ["*"]
+  converge:
+    description:
+      - Converge from the check. Judges every component given and returns
+        C(provision_converged), a map component -> true when every check of the component passes
+        (or does not apply) and every component it builds on converged too (the environment
+        follows the toolkit, PyTorch the driver; the repository runs whenever the driver, toolkit
+        or a library does, as it finishes an interrupted dpkg run and refreshes their index).
+      - The playbook skips the roles of converged components; their checks are published here,
+        so the report stays complete. On the Red Hat family the repository never converges (its
+        prerequisites, dnf plugins, EPEL and CRB, have no check).
+    type: bool
+    default: false
   return_facts:
     description: Also return the raw collected facts as C(provision_probe) (debugging).
     type: bool
@@ -144,6 +156,39 @@ def policy_names(stack):
     return names
 
 
+# What each component builds on: it converges only when these converged too.
+CONVERGE_AFTER = {
+    "env": ("cuda",),
+    "pytorch": ("driver",),
+}
+# The components that install from NVIDIA's repository: when one of them runs, the repository's role
+# runs first (it finishes an interrupted dpkg run and refreshes the package index they read).
+REPO_USERS = ("driver", "cuda", "cudnn", "nccl")
+# Components whose roles have change tasks no check sees on that OS family: they always run.
+NEVER_CONVERGED = {("repo", "redhat")}
+
+
+def converged_components(components, checks, family):
+    """component -> True when its checks all pass (or skip: not applicable), it has at least one,
+    the components it builds on converged, and, for the repository, every component that installs
+    from it converged too (its role refreshes the package index they read)."""
+    own = {}
+    for comp in components:
+        if comp == "preflight":
+            continue
+        mine = [x for x in checks if x["id"].split(".", 1)[0] == comp]
+        own[comp] = bool(mine) and all(x["status"] in ("pass", "skip") for x in mine)
+        if (comp, family) in NEVER_CONVERGED:
+            own[comp] = False
+    done = {}
+    for comp in [x for x in COMPONENTS if x in own]:  # what a component builds on comes first
+        after = CONVERGE_AFTER.get(comp, ())
+        done[comp] = own[comp] and all(done.get(d, False) for d in after)
+    if "repo" in done:
+        done["repo"] = done["repo"] and all(done.get(c, False) for c in REPO_USERS)
+    return done
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -158,6 +203,7 @@ def main():
             "wait_timeout_s": {"type": "int", "default": 0},
             "publish": {"type": "list", "elements": "str", "default": ["*"]},
             "return_facts": {"type": "bool", "default": False},
+            "converge": {"type": "bool", "default": False},
             "lock_run_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
@@ -200,16 +246,27 @@ def main():
             params["repo_id"] = "cuda-%s-%s" % (plat.repo_dir, plat.arch_dir)
     facts = c.collect(sections, params, io, policy_names=policy_names(stack))
     result = ev.evaluate(components, facts, stack, check_mode=module.check_mode)
+    patterns = list(module.params["publish"])
+    converged = {}
+    if module.params["converge"]:
+        plat_facts = facts.get("os") or {}
+        family = c.Platform(
+            plat_facts.get("os_release") or {}, plat_facts.get("arch") or "", ""
+        ).family
+        converged = converged_components(components, result["checks"], family)
+        patterns += ["%s.*" % comp for comp, done in converged.items() if done]
     published = [
         check
         for check in result["checks"]
-        if any(fnmatch.fnmatchcase(check["id"], pattern) for pattern in module.params["publish"])
+        if any(fnmatch.fnmatchcase(check["id"], pattern) for pattern in patterns)
     ]
     ansible_facts = {
         "provision_checks": published,
         "provision_report": result["report"],
         "provision_plan": result["plan"],
     }
+    if module.params["converge"]:
+        ansible_facts["provision_converged"] = converged
     if "gpu" in facts:
         ansible_facts["nvidia_gpu"] = facts["gpu"]
     if module.params["return_facts"]:

@@ -78,6 +78,21 @@ def test_full_run_by_host_then_idempotent_second_run(fleet_factory: Any, tmp_pat
     second = data["hosts"][host]
     assert second["status"] == "ok", second
     assert second["counts"]["changed"] == 0, second["counts"]
+    # converged from the check: the roles of the components whose checks all pass were skipped,
+    # and the report is as complete as the first run's (same ids, every one passing)
+    verdicts = {c["id"]: c["status"] for c in second["checks"]}
+    assert set(verdicts) == ids, sorted(set(verdicts) ^ ids)
+    assert set(verdicts.values()) <= {"pass", "skip"}, verdicts
+    for key in ("gpu_count", "gpu_model", "driver_version", "cuda_version", "torch_version"):
+        assert second["facts"].get(key) == first["facts"].get(key), key
+    # every role ran its tasks again (-e gpu_stack_converge=all): more tasks, the same verdicts
+    proc, data = provision_cli(tmp_path, *_host_args(fleet), "-e", "gpu_stack_converge=all",
+                               report="third")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    third = data["hosts"][host]
+    assert third["counts"]["changed"] == 0, third["counts"]
+    assert {c["id"]: c["status"] for c in third["checks"]} == verdicts
+    assert third["counts"]["ok"] > second["counts"]["ok"] + 20, (second["counts"], third["counts"])
 
 
 def test_sixteen_host_nightly_check_with_history(fleet_factory: Any, tmp_path: Path) -> None:
