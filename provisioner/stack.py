@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import yamlfile
+from provisioner import rolevars, yamlfile
 from provisioner.exitcodes import SetupError, StackError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -636,9 +636,7 @@ def _coerce(value: Any, spec: Field) -> Any:  # noqa: ANN401
 def policy_vars() -> frozenset[str]:
     """The gpu_stack role's site-policy variables (waits, locks, holds, paths): gpu_stack_* names
     that are not stack leaves and not derived. Given with -e they reach the roles as they are."""
-    from provisioner import rolegen  # noqa: PLC0415 - the role schema, read only when -e names one
-
-    names = set(rolegen.load_schema()["roles"]["gpu_stack"]["variables"])
+    names = rolevars.gpu_stack_variables()
     return frozenset(names - set(STACK_VARS) - set(DERIVED_VARS) - {"gpu_stack_desired"})
 
 
