@@ -171,10 +171,6 @@ def build_extravars(
     -e nvidia_driver_allow_reboot."""
     given = ev.parse(s.extra_vars)
     ev.refuse_connection_vars(given)
-    for old in [k for k in given if k in stk.LEGACY_VARS]:
-        new = stk.LEGACY_VARS[old]
-        (warn or echo_err)(f"warning: -e {old} is the old name of {new}; use -e {new}")
-        given[new] = given.pop(old)
     policy = stk.policy_vars() if any(k.startswith(STACK_PREFIX) for k in given) else frozenset()
     folded = {k: v for k, v in given.items() if k.startswith(STACK_PREFIX) and k not in policy}
     stack = stk.fold_overrides(stack, folded)

@@ -108,37 +108,6 @@ DERIVED_VARS = {
     "gpu_stack_nccl_build": "nccl.version and cuda.version",
     "gpu_stack_cuda_distros": "cuda.version and mirrors.nvidia_repo_carries",
 }
-# Role variables the stack set before the gpu_stack_* contract: given with -e they are folded into
-# the stack under their new names (with a warning), never passed around the matrix.
-LEGACY_VARS = {
-    "nvidia_repo_base_url": "gpu_stack_mirrors_nvidia_repo",
-    "nvidia_repo_carries": "gpu_stack_mirrors_nvidia_repo_carries",
-    "nvidia_driver_branch": "gpu_stack_driver_branch",
-    "nvidia_driver_version": "gpu_stack_driver_version",
-    "nvidia_driver_flavor": "gpu_stack_driver_flavor",
-    "nvidia_driver_fabricmanager": "gpu_stack_driver_fabricmanager",
-    "cuda_toolkit_version": "gpu_stack_cuda_version",
-    "cuda_env_cuda_version": "gpu_stack_cuda_version",
-    "cudnn_cuda_version": "gpu_stack_cuda_version",
-    "nccl_cuda_version": "gpu_stack_cuda_version",
-    "cudnn_version": "gpu_stack_cudnn_version",
-    "nccl_version": "gpu_stack_nccl_version",
-    "pytorch_version": "gpu_stack_pytorch_version",
-    "pytorch_build": "gpu_stack_pytorch_build",
-    "pytorch_venv": "gpu_stack_pytorch_venv",
-    "pytorch_index_url": "gpu_stack_mirrors_pytorch_index",
-    "pytorch_find_links": "gpu_stack_mirrors_pytorch_find_links",
-    "pytorch_torchvision_version": "gpu_stack_pytorch_torchvision",
-    "pytorch_torchaudio_version": "gpu_stack_pytorch_torchaudio",
-    "validation_enabled": "gpu_stack_validation_enabled",
-    "validation_backend": "gpu_stack_validation_backend",
-    "validation_nproc_per_node": "gpu_stack_validation_nproc_per_node",
-    "validation_timeout_s": "gpu_stack_validation_timeout_s",
-    "validation_network_interface": "gpu_stack_validation_network_interface",
-    "validation_thresholds": "gpu_stack_validation_thresholds",
-    "cudnn_major": "gpu_stack_cudnn_build",
-    "pytorch_python_range": "gpu_stack_pytorch_python_range",
-}
 CPU_BUILD = "cpu"
 
 
