@@ -8,8 +8,10 @@ NVIDIA devices (`lspci -nn -d 10de:`) and the current driver (`nvidia-smi`).
 from __future__ import annotations
 
 import base64
+import functools
 import getpass
 import hashlib
+import importlib.util
 import re
 import shlex
 import socket
@@ -17,9 +19,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from provisioner import knownhosts
+from provisioner import content, knownhosts
+from provisioner.exitcodes import SetupError
 from provisioner.inventory import Target
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -137,22 +141,27 @@ def apply_probe_output(result: ProbeResult, text: str) -> None:
     result.driver_version = versions[0] if rc == 0 and versions else None
 
 
-def distro_dir(os_id: str | None, version: str | None) -> str | None:
-    """NVIDIA repo directory name for an /etc/os-release ID and VERSION_ID."""
-    if not os_id or not version:
-        return None
-    major = version.split(".")[0]
-    if os_id == "ubuntu":
-        return "ubuntu" + version.replace(".", "")
-    if os_id == "debian":
-        return f"debian{major}"
-    if os_id in ("rhel", "rocky", "almalinux", "ol", "centos"):
-        return f"rhel{major}"
-    return None
+@functools.cache
+def _platforms() -> ModuleType:
+    """The probe's own platform code (plugins/module_utils/platforms.py of the content this run
+    uses: standard library only, loaded by path), so the CLI judges an OS as the probe does."""
+    path = content.locate().plugins / "module_utils" / "platforms.py"
+    spec = importlib.util.spec_from_file_location("provision_collection_platforms", path)
+    if spec is None or spec.loader is None:
+        raise SetupError(f"the probe's platform code is missing ({path}): broken install?")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # any error in that code: a broken install
+        raise SetupError(f"the probe's platform code {path} cannot be loaded: {exc}") from exc
+    return module
 
 
-def repo_arch(arch: str | None) -> str | None:
-    return {"x86_64": "x86_64", "aarch64": "sbsa", "ppc64le": "ppc64el"}.get(arch or "", arch)
+def platform_of(result: ProbeResult) -> Any:  # noqa: ANN401 - module_utils' Platform, loaded by path
+    """The probe's Platform for what the CLI probe read (os-release, uname -m, uname -r)."""
+    os_release = {"ID": result.os_id or "", "VERSION_ID": result.os_version or "",
+                  "PRETTY_NAME": result.os_name or ""}
+    return _platforms().Platform(os_release, result.arch or "", result.kernel or "")
 
 
 def python_warnings(
@@ -176,11 +185,13 @@ def python_warnings(
 def matrix_warnings(
     result: ProbeResult, distros: list[dict[str, Any]], carries: list[str], cuda: str
 ) -> list[str]:
-    """Distro support against the matrix: unconfirmed or unknown -> a warning."""
-    d = distro_dir(result.os_id, result.os_version)
-    a = repo_arch(result.arch)
-    if d is None or a is None:
-        return [f"OS {result.os_name or result.os_id or '?'} is not one NVIDIA packages CUDA for"]
+    """Distro support (the probe's judgement, preflight.os) and the matrix: unsupported,
+    unconfirmed or unknown -> a warning."""
+    plat = platform_of(result)
+    supported, reason = plat.support()
+    if not supported:
+        return [f"OS {result.os_name or result.os_id or '?'}: {reason} (preflight.os stops it)"]
+    d, a = plat.repo_dir, plat.arch_dir
     key = f"{d}/{a}"
     if key in carries:
         return []

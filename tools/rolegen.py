@@ -26,8 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `python tools/rolegen.py` from a checkout
     sys.path.insert(0, str(REPO))
 
-from provisioner import rolevars  # noqa: E402
+from provisioner import rolevars, support  # noqa: E402
 from provisioner import stack as stk  # noqa: E402
+from tools import supportgen  # noqa: E402
 
 SCHEMA = rolevars.SCHEMA
 ROLES = REPO / "roles"
@@ -39,13 +40,6 @@ BEGIN = "<!-- BEGIN GENERATED VARIABLES (make roles) -->"
 END = "<!-- END GENERATED VARIABLES -->"
 INTRO_BEGIN = "<!-- BEGIN GENERATED INTRO (make roles) -->"
 INTRO_END = "<!-- END GENERATED INTRO -->"
-# The check ids each role's tasks publish (through the probe), for the README's pointer to
-# `provision checks <prefix>`; roles without checks of their own are absent.
-CHECK_PREFIX = {
-    "preflight": "preflight", "nvidia_repo": "repo", "nvidia_driver": "driver",
-    "cuda_toolkit": "cuda", "cudnn": "cudnn", "nccl": "nccl", "cuda_env": "env",
-    "pytorch": "pytorch", "validation": "validation",
-}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -165,7 +159,9 @@ def _markup(text: str) -> str:
 def readme_intro(role: str, spec: dict[str, Any]) -> str:
     """The README's opening, from the same schema as the argument specs."""
     parts = [_markup(spec["short"]), *(_markup(d) for d in spec["description"])]
-    prefix = CHECK_PREFIX.get(role)
+    # the check ids the role's tasks publish (through the probe), from the support table; roles
+    # without checks of their own (gpu_stack, cuda_library) have none
+    prefix = next((c for c, r in support.role_of_component().items() if r == role), None)
     if prefix:
         parts.append(
             f"Checks: the ids `{prefix}.*` (`provision checks {prefix}` lists them with what each "
@@ -211,6 +207,7 @@ def render(schema: dict[str, Any] | None = None) -> dict[Path, str]:
         readme = base / "README.md"
         current = readme.read_text(encoding="utf-8") if readme.is_file() else ""
         out[readme] = readme_text(current, role, spec, readme_table(variables))
+    out.update(supportgen.render(REPO))
     return out
 
 
