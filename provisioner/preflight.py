@@ -141,14 +141,23 @@ def apply_probe_output(result: ProbeResult, text: str) -> None:
     result.driver_version = versions[0] if rc == 0 and versions else None
 
 
-@functools.cache
 def _platforms() -> ModuleType:
-    """The probe's own platform code (plugins/module_utils/platforms.py of the content this run
-    uses: standard library only, loaded by path), so the CLI judges an OS as the probe does."""
-    path = content.locate().plugins / "module_utils" / "platforms.py"
+    """The probe's own platform code (plugins/module_utils/platforms.py: standard library only,
+    loaded by path), so the CLI judges an OS as the probe does: the content's this run uses, else
+    (a $PROVISION_CONTENT_DIR without plugins) the installed collection's."""
+    where = [content.locate().plugins, *(root / "plugins" for root, _, _ in content.candidates())]
+    rel = Path("module_utils") / "platforms.py"
+    path = next((p / rel for p in where if (p / rel).is_file()), None)
+    if path is None:
+        raise SetupError(f"the probe's platform code ({rel}) is missing: broken install?")
+    return _load(path)
+
+
+@functools.cache
+def _load(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location("provision_collection_platforms", path)
     if spec is None or spec.loader is None:
-        raise SetupError(f"the probe's platform code is missing ({path}): broken install?")
+        raise SetupError(f"the probe's platform code {path} cannot be loaded: broken install?")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
