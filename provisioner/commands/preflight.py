@@ -24,9 +24,9 @@ def preflight(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     from provisioner.preflight import run_preflight  # noqa: PLC0415
     from provisioner.progress import preflight_lines  # noqa: PLC0415
     from provisioner.session import probe_options, resolve_targets, wait_hosts  # noqa: PLC0415
-    from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
+    from provisioner.settings import Settings, require_targets  # noqa: PLC0415
 
-    s = Settings.from_params("preflight", merge_params(ctx))
+    s = Settings.from_params("preflight", ctx.params)
     if s.local:
         raise click.UsageError("--local: the preflight probes hosts over SSH; there is nothing "
                                "to probe on this machine (run `provision --local`)", ctx)

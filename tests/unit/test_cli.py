@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -394,3 +395,25 @@ def test_an_empty_path_or_value_is_refused(calls: list[session.Settings], option
     assert r.exit_code == 2, r.output
     assert "empty value" in r.output
     assert calls == []
+
+
+def test_the_group_holds_only_what_is_global(calls: list[session.Settings]) -> None:
+    """Issue 18 item 4: each option belongs to its subcommand; the group takes --version and
+    --help only, there is no merge of two levels, and `provision --host gpu01` is still the full
+    run (the hidden subcommand `run`)."""
+    from provisioner import settings  # noqa: PLC0415
+
+    ctx = click.Context(cli)
+    opts = {o for p in cli.get_params(ctx) for o in p.opts}
+    assert opts == {"--version", "-h", "--help"}
+    assert not hasattr(settings, "merge_params")
+    run = cli.get_command(ctx, "run")
+    assert run is not None and run.hidden
+    assert "  run " not in invoke("--help").output
+    r = invoke("--host", "gpu01")
+    assert r.exit_code == 0, r.output
+    assert [(s.command, s.hosts) for s in calls] == [("run", ("gpu01",))]
+    # a value that looks like a subcommand stays the option's value
+    r = invoke("--limit", "check", "--host", "gpu01")
+    assert r.exit_code == 0, r.output
+    assert (calls[-1].command, calls[-1].limit) == ("run", "check")
