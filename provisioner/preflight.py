@@ -25,6 +25,8 @@ from typing import Any
 from provisioner import content, knownhosts
 from provisioner.exitcodes import SetupError
 from provisioner.inventory import Target
+from provisioner.model import Check, HostReport
+from provisioner.settings import Settings
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 _SECTIONS = ("os", "uname", "python", "sudo", "lspci", "driver")
@@ -218,6 +220,41 @@ def matrix_warnings(
             f"mirrors.nvidia_repo_carries: [{key}] if your mirror has them"
         ]
     return []
+
+
+PREFLIGHT_REMEDIATION = {
+    "resolve": "check the host name (DNS or /etc/hosts)",
+    "connect": "check that the host is up and sshd listens on the port",
+    "hostkey": "verify the fingerprint, then --accept-new-host-keys (unknown keys only)",
+    "auth": "check --user/--key, the ssh agent, and authorized_keys",
+    "sudo": "configure passwordless sudo or use --ask-become-pass",
+    "cloud_init": "look at `cloud-init status --long` and /var/log/cloud-init-output.log on the "
+                  "host; give a longer --wait if it is only slow",
+}
+
+
+def preflight_entry(r: ProbeResult) -> HostReport:
+    expected = "reachable" if r.status == "unreachable" else "sudo -n works"
+    if r.stage == "cloud_init":
+        expected = "cloud-init finished (cloud-init status --wait)"
+    check = Check(
+        id=f"ssh.{r.stage or 'probe'}",
+        status="fail",
+        expected=expected,
+        actual=r.message,
+        message=r.message,
+        remediation=PREFLIGHT_REMEDIATION.get(r.stage, ""),
+        role="ssh",
+    )
+    return HostReport(status=r.status, checks=[check], message=r.message, preflight=r.to_dict())
+
+
+def probe_options(s: Settings) -> ProbeOptions:
+    return ProbeOptions(
+        known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
+        accept_new=bool(s.accept_new_host_keys),
+        need_sudo=s.become is not False and not s.ask_become_pass,
+    )
 
 
 class _RecordingPolicy:

@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from provisioner import session, stack
+from provisioner import extravars, session, stack
 from provisioner.cli import cli
 from provisioner.exitcodes import UsageProblem
 from provisioner.extravars import parse as parse_extravars
@@ -223,16 +223,18 @@ def test_extra_vars_override_the_stack() -> None:
     s = session.Settings(command="run", extra_vars=("nvidia_driver_reboot_local=true",),
                          no_reboot=True)
 
-    ev = session.build_extravars(s, stack.load(None)).extravars
+    ev = extravars.build_extravars(s, stack.load(None)).extravars
     assert ev["nvidia_driver_reboot_local"] == "true"
     assert ev["nvidia_driver_allow_reboot"] is False
-    chk = session.build_extravars(session.Settings(command="check"), stack.load(None)).extravars
+    chk = extravars.build_extravars(session.Settings(command="check"), stack.load(None)).extravars
     assert chk["gpu_stack_validation_enabled"] is False
-    chk = session.build_extravars(
+    chk = extravars.build_extravars(
         session.Settings(command="check", validate=True), stack.load(None)
     ).extravars
     assert chk["gpu_stack_validation_enabled"] is True
-    val = session.build_extravars(session.Settings(command="validate"), stack.load(None)).extravars
+    val = extravars.build_extravars(
+        session.Settings(command="validate"), stack.load(None)
+    ).extravars
     assert val["gpu_stack_validation_enabled"] is True
 
 
@@ -304,13 +306,13 @@ def test_connection_options_override_an_inventory() -> None:
         key=Path("/k/id"),
         connection="paramiko",
     )
-    ev = session.build_extravars(s, stack.load(None)).extravars
+    ev = extravars.build_extravars(s, stack.load(None)).extravars
     assert ev["ansible_user"] == "ops"
     assert ev["ansible_port"] == 2222
     assert ev["ansible_ssh_private_key_file"] == "/k/id"
     assert ev["ansible_connection"] == "paramiko_ssh"
     with_hosts = session.Settings(command="run", hosts=("h",), user="ops")
-    assert "ansible_user" not in session.build_extravars(with_hosts, stack.load(None)).extravars
+    assert "ansible_user" not in extravars.build_extravars(with_hosts, stack.load(None)).extravars
 
 
 def test_options_before_and_after_the_subcommand_are_merged(

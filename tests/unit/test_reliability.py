@@ -180,9 +180,9 @@ def test_a_directory_as_stack_is_a_named_error(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- 5: -e and the stack, safety
 
 
-def _vars(*extra: str, **kw: object) -> session.RunVars:
+def _vars(*extra: str, **kw: object) -> ev.RunVars:
     s = session.Settings(command=str(kw.pop("command", "run")), extra_vars=extra, **kw)
-    return session.build_extravars(s, stack.load(None), warn=WARNINGS.append)
+    return ev.build_extravars(s, stack.load(None), warn=WARNINGS.append)
 
 
 WARNINGS: list[str] = []
