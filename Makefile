@@ -39,8 +39,8 @@ test: host-packages-test venv lint
 	$(BIN)/pytest -q $(PYTEST_PAR) --durations=25 tests
 
 lint: venv
-	$(BIN)/ruff check provisioner lab plugins tests contrib bench roles/validation/files
-	$(BIN)/python -m provisioner.rolegen --check
+	$(BIN)/ruff check provisioner tools lab plugins tests contrib bench roles/validation/files
+	$(BIN)/python tools/rolegen.py --check
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production
 	@for p in playbooks/*.yml; do \
@@ -50,7 +50,7 @@ lint: venv
 # Role defaults, argument specs and README variable tables, from provisioner/data/role-variables.yml
 # and the default stack (lint fails when they are stale)
 roles: venv
-	$(BIN)/python -m provisioner.rolegen
+	$(BIN)/python tools/rolegen.py
 
 lab-up: venv
 	$(BIN)/python -m lab up --hosts $(N) --profile $(PROFILE) --personality $(PERSONALITY)

@@ -382,11 +382,12 @@ class Bench:
     # ----------------------------------------------------------------- the CLI's own variables
     def check_extravars_finding(self, stack_path: Path) -> None:
         """Does `provision check` turn validation off by itself? (the design says it does)"""
-        from provisioner import session  # noqa: PLC0415
+        from provisioner import extravars  # noqa: PLC0415
         from provisioner import stack as stk  # noqa: PLC0415
+        from provisioner.settings import Settings  # noqa: PLC0415
 
-        s = session.Settings(command="check")
-        ev = session.build_extravars(s, stk.load(stack_path)).extravars
+        s = Settings(command="check")
+        ev = extravars.build_extravars(s, stk.load(stack_path)).extravars
         if any(f.startswith("`provision check` hands") for f in self.findings):
             return
         if bool(ev.get("gpu_stack_validation_enabled")):
@@ -397,7 +398,8 @@ class Bench:
                 f"{', '.join(stray) or 'nothing'} instead, a name no role reads: the nightly check "
                 "runs the validation role on every host. The bench passes "
                 "`-e gpu_stack_validation_enabled=false` to both sides so that it measures the "
-                "designed check (assert + one probe); fix: provisioner/session.py build_extravars "
+                "designed check (assert + one probe); fix: provisioner/extravars.py "
+                "build_extravars "
                 "must set gpu_stack_validation_enabled."
             )
 

@@ -123,9 +123,6 @@ class Repo:
     def epel_key_url(self) -> str:
         return epel_urls(self.base_url)[1]
 
-    def with_distro(self, distro_arch: str) -> Repo:
-        return Repo(root=self.root, base_url=self.base_url, distro_arch=distro_arch)
-
 
 # ------------------------------------------------------------------------------------ payloads
 def _program(kind: str, spec: dict[str, Any], pkg: model_mod.Package) -> str:  # noqa: PLR0911

@@ -39,10 +39,6 @@ class Rpm:
         self.files[path] = (data, mode)
 
     @property
-    def evr(self) -> str:
-        return f"{self.epoch + ':' if self.epoch else ''}{self.version}-{self.release}"
-
-    @property
     def filename(self) -> str:
         return f"{self.name}-{self.version}-{self.release}.{self.arch}.rpm"
 

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
-from provisioner import options
+from provisioner import route
 from provisioner.exitcodes import EXIT_CODES_HELP, ExitCode
 
 # name -> "module:attribute", imported on first use
 SUBCOMMANDS = {
+    "run": "provisioner.commands.run:run",
     "check": "provisioner.commands.check:check",
     "validate": "provisioner.commands.validate:validate",
     "preflight": "provisioner.commands.preflight:preflight",
@@ -55,10 +56,29 @@ class LazyGroup(click.Group):
         return cmd
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # Short help without importing every subcommand.
-        rows = [(name, HELP_LINES.get(name, "")) for name in self.list_commands(ctx)]
+        # Short help without importing every subcommand; `run` is the default, not listed.
+        rows = [(name, HELP_LINES.get(name, "")) for name in self.list_commands(ctx)
+                if name != route.DEFAULT]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # The group holds only --version and --help: every other option goes to its subcommand
+        # (`run` when none is named), wherever it was written (provisioner.route).
+        if not ctx.resilient_parsing:
+            args = route.route(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        # `provision --st<Tab>`: the full run's options complete before a subcommand too
+        items = super().shell_complete(ctx, incomplete)
+        if incomplete.startswith("-"):
+            run = self.get_command(ctx, route.DEFAULT)
+            if run is not None:
+                sub = click.Context(run, parent=ctx, info_name=route.DEFAULT)
+                items += [i for i in run.shell_complete(sub, incomplete)
+                          if i.value not in {x.value for x in items}]
+        return items
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -89,16 +109,14 @@ EPILOG = (
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version,
               help="Show provision, ansible-core, ansible-runner and Python versions.")
-@options.targets
-@options.run_opts
-@options.full_run_opts
 @click.pass_context
-def cli(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
-    """Provision GPU servers to a validated multi-GPU training stack, and check fleets nightly."""
-    if ctx.invoked_subcommand is None:
-        from provisioner.commands.run import run_full  # noqa: PLC0415
+def cli(ctx: click.Context) -> None:
+    """Provision GPU servers to a validated multi-GPU training stack, and check fleets nightly.
 
-        run_full(ctx)
+    The options of the full run: `provision run --help`."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())  # `provision` alone: the help, as a usage error
+        ctx.exit(2)
 
 
 def _terminate(_signum: int, _frame: object) -> None:

@@ -18,7 +18,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 COLLECTION = ("provision", "gpu")
-COLLECTION_NAME = ".".join(COLLECTION)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from provisioner import model
+from provisioner import model, support
 
 CHECK_STATUSES = model.CHECK_STATUSES
 HOST_STATUSES = model.HOST_STATUSES
@@ -62,27 +62,16 @@ def _failure_message(res: dict[str, Any]) -> str:
     return msg[:_MAX_MSG] or "task failed"
 
 
-# The fact the collection's probe module (provision.gpu.stack_probe) publishes its checks in,
-# and the role that owns each check id prefix.
+# The fact the collection's probe module (provision.gpu.stack_probe) publishes its checks in; the
+# role that owns each check id prefix is in the support table (provisioner/data/support.yml).
 SHARED_CHECKS = "provision_checks"
-ROLE_OF_PREFIX = {
-    "preflight": "preflight",
-    "repo": "nvidia_repo",
-    "driver": "nvidia_driver",
-    "cuda": "cuda_toolkit",
-    "cudnn": "cudnn",
-    "nccl": "nccl",
-    "env": "cuda_env",
-    "pytorch": "pytorch",
-    "validation": "validation",
-}
 
 
 def owner_of(raw: object) -> str:
     """The role that owns a check, from its id prefix (`driver.hold` -> nvidia_driver)."""
     cid = str(raw.get("id", "")) if isinstance(raw, dict) else ""
     prefix = cid.split(".", 1)[0]
-    return ROLE_OF_PREFIX.get(prefix, prefix or "play")
+    return support.role_of_component().get(prefix, prefix or "play")
 
 
 def normalize_check(raw: object, role: str) -> dict[str, Any] | None:

@@ -50,18 +50,6 @@ class SetupError(ProvisionError):
     exit_code = int(ExitCode.SETUP)
 
 
-class UnreachableError(ProvisionError):
-    """No host could be reached."""
-
-    exit_code = int(ExitCode.UNREACHABLE)
-
-
-class Interrupted(ProvisionError):
-    """The run was interrupted (Ctrl-C / SIGTERM)."""
-
-    exit_code = int(ExitCode.INTERRUPTED)
-
-
 def exit_code_for(
     host_statuses: dict[str, str],
     *,

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provisioner import inventory as inv
+from provisioner import stack as stk
 from provisioner import yamlfile
 from provisioner.exitcodes import UsageProblem
+from provisioner.redact import secret_values
+from provisioner.settings import Settings
+from provisioner.stack import Stack
 
 MAX_BYTES = yamlfile.MiB  # all -e values and files together
 
@@ -125,3 +131,69 @@ def parse(values: Iterable[str]) -> dict[str, Any]:
             )
         out.update(data)
     return out
+
+
+# ------------------------------------------------ the extra variables of a run
+def _echo_err(line: str) -> None:
+    import click  # noqa: PLC0415
+
+    click.echo(line, err=True)
+
+
+def connection_overrides(s: Settings) -> dict[str, Any]:
+    """With -i, explicit --user/--port/--key/--connection override the inventory (as extra vars,
+    the only thing that beats inventory variables); with --host they are in the inventory."""
+    if s.hosts:
+        return {}
+    out: dict[str, Any] = {}
+    if s.user:
+        out["ansible_user"] = s.user
+    if s.port:
+        out["ansible_port"] = s.port
+    if s.key:
+        out["ansible_ssh_private_key_file"] = str(s.key.expanduser())
+    if s.connection:
+        out["ansible_connection"] = inv.ansible_connection(s.connection)
+    return out
+
+
+@dataclass(frozen=True)
+class RunVars:
+    """The stack (with -e gpu_stack_* folded in) and the extra variables Ansible gets."""
+
+    stack: Stack
+    extravars: dict[str, Any]
+    secrets: frozenset[str] = frozenset()  # secret values given with -e (scrubbed from output)
+
+
+STACK_PREFIX = "gpu_stack_"
+
+
+def build_extravars(
+    s: Settings, stack: Stack, warn: Callable[[str], None] | None = None
+) -> RunVars:
+    """Stack variables, then connection overrides, the command's own settings, and `-e` last.
+
+    `-e gpu_stack_*` is folded into the stack (same schema and matrix; the report shows it),
+    connection variables from -e are refused, and --no-reboot wins over
+    -e nvidia_driver_allow_reboot."""
+    given = parse(s.extra_vars)
+    refuse_connection_vars(given)
+    policy = stk.policy_vars() if any(k.startswith(STACK_PREFIX) for k in given) else frozenset()
+    folded = {k: v for k, v in given.items() if k.startswith(STACK_PREFIX) and k not in policy}
+    stack = stk.fold_overrides(stack, folded)
+    rest = {k: v for k, v in given.items() if k not in folded}
+    extravars = stack.to_extravars(allow_reboot=not s.no_reboot)
+    extravars.update(connection_overrides(s))
+    if "gpu_stack_validation_enabled" not in given:
+        if s.command == "check":
+            extravars["gpu_stack_validation_enabled"] = bool(s.validate)
+        elif s.command == "validate":
+            extravars["gpu_stack_validation_enabled"] = True
+    if s.no_reboot and "nvidia_driver_allow_reboot" in rest:
+        (warn or _echo_err)(
+            f"warning: --no-reboot wins over -e nvidia_driver_allow_reboot="
+            f"{rest.pop('nvidia_driver_allow_reboot')}"
+        )
+    extravars.update(rest)
+    return RunVars(stack, extravars, frozenset(secret_values(given)))

@@ -1,8 +1,8 @@
-"""Every option, defined once as a decorator; commands list the options they take.
+"""Every option, defined once as a decorator; each subcommand lists the options it takes (the
+group itself takes only --version and --help).
 
-An option may be given before or after a subcommand (`provision --host a check --host b`);
-`provisioner.settings.merge_params` merges the two. Keep this module light: `provision --help`
-imports it.
+An option may still be written before a subcommand (`provision --host a check --host b`):
+provisioner.route hands it to the subcommand. Keep this module light: `provision --help` imports it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import click
 
 F = TypeVar("F", bound=Callable[..., Any])
-Decorator = Callable[[F], F]
 
 
 class NonEmptyPath(click.Path):

@@ -8,8 +8,10 @@ NVIDIA devices (`lspci -nn -d 10de:`) and the current driver (`nvidia-smi`).
 from __future__ import annotations
 
 import base64
+import functools
 import getpass
 import hashlib
+import importlib.util
 import re
 import shlex
 import socket
@@ -17,10 +19,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from provisioner import knownhosts
+from provisioner import content, knownhosts
+from provisioner.exitcodes import SetupError
 from provisioner.inventory import Target
+from provisioner.model import Check, HostReport
+from provisioner.settings import Settings
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 _SECTIONS = ("os", "uname", "python", "sudo", "lspci", "driver")
@@ -137,22 +143,36 @@ def apply_probe_output(result: ProbeResult, text: str) -> None:
     result.driver_version = versions[0] if rc == 0 and versions else None
 
 
-def distro_dir(os_id: str | None, version: str | None) -> str | None:
-    """NVIDIA repo directory name for an /etc/os-release ID and VERSION_ID."""
-    if not os_id or not version:
-        return None
-    major = version.split(".")[0]
-    if os_id == "ubuntu":
-        return "ubuntu" + version.replace(".", "")
-    if os_id == "debian":
-        return f"debian{major}"
-    if os_id in ("rhel", "rocky", "almalinux", "ol", "centos"):
-        return f"rhel{major}"
-    return None
+def _platforms() -> ModuleType:
+    """The probe's own platform code (plugins/module_utils/platforms.py: standard library only,
+    loaded by path), so the CLI judges an OS as the probe does: the content's this run uses, else
+    (a $PROVISION_CONTENT_DIR without plugins) the installed collection's."""
+    where = [content.locate().plugins, *(root / "plugins" for root, _, _ in content.candidates())]
+    rel = Path("module_utils") / "platforms.py"
+    path = next((p / rel for p in where if (p / rel).is_file()), None)
+    if path is None:
+        raise SetupError(f"the probe's platform code ({rel}) is missing: broken install?")
+    return _load(path)
 
 
-def repo_arch(arch: str | None) -> str | None:
-    return {"x86_64": "x86_64", "aarch64": "sbsa", "ppc64le": "ppc64el"}.get(arch or "", arch)
+@functools.cache
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("provision_collection_platforms", path)
+    if spec is None or spec.loader is None:
+        raise SetupError(f"the probe's platform code {path} cannot be loaded: broken install?")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # any error in that code: a broken install
+        raise SetupError(f"the probe's platform code {path} cannot be loaded: {exc}") from exc
+    return module
+
+
+def platform_of(result: ProbeResult) -> Any:  # noqa: ANN401 - module_utils' Platform, loaded by path
+    """The probe's Platform for what the CLI probe read (os-release, uname -m, uname -r)."""
+    os_release = {"ID": result.os_id or "", "VERSION_ID": result.os_version or "",
+                  "PRETTY_NAME": result.os_name or ""}
+    return _platforms().Platform(os_release, result.arch or "", result.kernel or "")
 
 
 def python_warnings(
@@ -176,11 +196,13 @@ def python_warnings(
 def matrix_warnings(
     result: ProbeResult, distros: list[dict[str, Any]], carries: list[str], cuda: str
 ) -> list[str]:
-    """Distro support against the matrix: unconfirmed or unknown -> a warning."""
-    d = distro_dir(result.os_id, result.os_version)
-    a = repo_arch(result.arch)
-    if d is None or a is None:
-        return [f"OS {result.os_name or result.os_id or '?'} is not one NVIDIA packages CUDA for"]
+    """Distro support (the probe's judgement, preflight.os) and the matrix: unsupported,
+    unconfirmed or unknown -> a warning."""
+    plat = platform_of(result)
+    supported, reason = plat.support()
+    if not supported:
+        return [f"OS {result.os_name or result.os_id or '?'}: {reason} (preflight.os stops it)"]
+    d, a = plat.repo_dir, plat.arch_dir
     key = f"{d}/{a}"
     if key in carries:
         return []
@@ -198,6 +220,41 @@ def matrix_warnings(
             f"mirrors.nvidia_repo_carries: [{key}] if your mirror has them"
         ]
     return []
+
+
+PREFLIGHT_REMEDIATION = {
+    "resolve": "check the host name (DNS or /etc/hosts)",
+    "connect": "check that the host is up and sshd listens on the port",
+    "hostkey": "verify the fingerprint, then --accept-new-host-keys (unknown keys only)",
+    "auth": "check --user/--key, the ssh agent, and authorized_keys",
+    "sudo": "configure passwordless sudo or use --ask-become-pass",
+    "cloud_init": "look at `cloud-init status --long` and /var/log/cloud-init-output.log on the "
+                  "host; give a longer --wait if it is only slow",
+}
+
+
+def preflight_entry(r: ProbeResult) -> HostReport:
+    expected = "reachable" if r.status == "unreachable" else "sudo -n works"
+    if r.stage == "cloud_init":
+        expected = "cloud-init finished (cloud-init status --wait)"
+    check = Check(
+        id=f"ssh.{r.stage or 'probe'}",
+        status="fail",
+        expected=expected,
+        actual=r.message,
+        message=r.message,
+        remediation=PREFLIGHT_REMEDIATION.get(r.stage, ""),
+        role="ssh",
+    )
+    return HostReport(status=r.status, checks=[check], message=r.message, preflight=r.to_dict())
+
+
+def probe_options(s: Settings) -> ProbeOptions:
+    return ProbeOptions(
+        known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
+        accept_new=bool(s.accept_new_host_keys),
+        need_sudo=s.become is not False and not s.ask_become_pass,
+    )
 
 
 class _RecordingPolicy:

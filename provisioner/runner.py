@@ -76,9 +76,6 @@ class RunResult:
     def canceled(self) -> bool:
         return self.status == "canceled"
 
-    def hosts_with(self, key: str) -> dict[str, int]:
-        return {h: n for h, n in self.stats.get(key, {}).items() if n}
-
 
 def exec_path(current: str | None = None) -> str:
     """PATH with the running interpreter's bin directory first (venv need not be activated)."""

@@ -19,32 +19,32 @@ from typing import Any
 
 import click
 
-from provisioner import extravars as ev
 from provisioner import inventory as inv
 from provisioner import local
 from provisioner import stack as stk
 from provisioner.content import Content, locate
 from provisioner.events import HostState, RunState
 from provisioner.exitcodes import ProvisionError, SetupError, UsageProblem, exit_code_for
+from provisioner.extravars import build_extravars
 from provisioner.history import diff_reports, format_diff
 from provisioner.model import Changes, Check, HostReport, Report
 from provisioner.preflight import (
     DEFAULT_KNOWN_HOSTS,
-    ProbeOptions,
     ProbeResult,
     matrix_warnings,
+    preflight_entry,
+    probe_options,
     python_warnings,
     run_preflight,
 )
 from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
-from provisioner.redact import secret_values
 from provisioner.reports import iso, write_all
 from provisioner.settings import NO_TARGETS, Settings
 from provisioner.stack import Stack
 from provisioner.state import StateDir, default_state, new_run_id
-from provisioner.wait import WaitOptions, wait_for_hosts
+from provisioner.wait import wait_hosts
 
-__all__ = ["Settings", "execute", "probe_options", "resolve_targets", "versions", "wait_hosts"]
+__all__ = ["Settings", "execute", "resolve_targets", "versions"]
 
 DEFAULT_MAX_FORKS = 16  # without --forks: one fork per host, up to this many ...
 CHECK_FORKS_PER_CPU = 4  # ... or, for the read-only check, up to this many per controller CPU
@@ -132,119 +132,9 @@ def echo_err(line: str) -> None:
     click.echo(line, err=True)
 
 
-def connection_overrides(s: Settings) -> dict[str, Any]:
-    """With -i, explicit --user/--port/--key/--connection override the inventory (as extra vars,
-    the only thing that beats inventory variables); with --host they are in the inventory."""
-    if s.hosts:
-        return {}
-    out: dict[str, Any] = {}
-    if s.user:
-        out["ansible_user"] = s.user
-    if s.port:
-        out["ansible_port"] = s.port
-    if s.key:
-        out["ansible_ssh_private_key_file"] = str(s.key.expanduser())
-    if s.connection:
-        out["ansible_connection"] = inv.ansible_connection(s.connection)
-    return out
-
-
-@dataclass(frozen=True)
-class RunVars:
-    """The stack (with -e gpu_stack_* folded in) and the extra variables Ansible gets."""
-
-    stack: Stack
-    extravars: dict[str, Any]
-    secrets: frozenset[str] = frozenset()  # secret values given with -e (scrubbed from output)
-
-
-STACK_PREFIX = "gpu_stack_"
-
-
-def build_extravars(
-    s: Settings, stack: Stack, warn: Callable[[str], None] | None = None
-) -> RunVars:
-    """Stack variables, then connection overrides, the command's own settings, and `-e` last.
-
-    `-e gpu_stack_*` is folded into the stack (same schema and matrix; the report shows it),
-    connection variables from -e are refused, and --no-reboot wins over
-    -e nvidia_driver_allow_reboot."""
-    given = ev.parse(s.extra_vars)
-    ev.refuse_connection_vars(given)
-    for old in [k for k in given if k in stk.LEGACY_VARS]:
-        new = stk.LEGACY_VARS[old]
-        (warn or echo_err)(f"warning: -e {old} is the old name of {new}; use -e {new}")
-        given[new] = given.pop(old)
-    policy = stk.policy_vars() if any(k.startswith(STACK_PREFIX) for k in given) else frozenset()
-    folded = {k: v for k, v in given.items() if k.startswith(STACK_PREFIX) and k not in policy}
-    stack = stk.fold_overrides(stack, folded)
-    rest = {k: v for k, v in given.items() if k not in folded}
-    extravars = stack.to_extravars(allow_reboot=not s.no_reboot)
-    extravars.update(connection_overrides(s))
-    if "gpu_stack_validation_enabled" not in given:
-        if s.command == "check":
-            extravars["gpu_stack_validation_enabled"] = bool(s.validate)
-        elif s.command == "validate":
-            extravars["gpu_stack_validation_enabled"] = True
-    if s.no_reboot and "nvidia_driver_allow_reboot" in rest:
-        (warn or echo_err)(
-            f"warning: --no-reboot wins over -e nvidia_driver_allow_reboot="
-            f"{rest.pop('nvidia_driver_allow_reboot')}"
-        )
-    extravars.update(rest)
-    return RunVars(stack, extravars, frozenset(secret_values(given)))
-
-
-PREFLIGHT_REMEDIATION = {
-    "resolve": "check the host name (DNS or /etc/hosts)",
-    "connect": "check that the host is up and sshd listens on the port",
-    "hostkey": "verify the fingerprint, then --accept-new-host-keys (unknown keys only)",
-    "auth": "check --user/--key, the ssh agent, and authorized_keys",
-    "sudo": "configure passwordless sudo or use --ask-become-pass",
-    "cloud_init": "look at `cloud-init status --long` and /var/log/cloud-init-output.log on the "
-                  "host; give a longer --wait if it is only slow",
-}
-
-
-def preflight_entry(r: ProbeResult) -> HostReport:
-    expected = "reachable" if r.status == "unreachable" else "sudo -n works"
-    if r.stage == "cloud_init":
-        expected = "cloud-init finished (cloud-init status --wait)"
-    check = Check(
-        id=f"ssh.{r.stage or 'probe'}",
-        status="fail",
-        expected=expected,
-        actual=r.message,
-        message=r.message,
-        remediation=PREFLIGHT_REMEDIATION.get(r.stage, ""),
-        role="ssh",
-    )
-    return HostReport(status=r.status, checks=[check], message=r.message, preflight=r.to_dict())
-
-
-def probe_options(s: Settings) -> ProbeOptions:
-    return ProbeOptions(
-        known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
-        accept_new=bool(s.accept_new_host_keys),
-        need_sudo=s.become is not False and not s.ask_become_pass,
-    )
-
-
 RunFn = Callable[..., Any]
 PreflightFn = Callable[..., list[ProbeResult]]
 WaitFn = Callable[..., list[ProbeResult]]
-
-
-def wait_hosts(
-    s: Settings, targets: list[inv.Target], fn: WaitFn | None = None
-) -> dict[str, ProbeResult]:
-    """--wait: host -> the wait's result (ok, or why it ended); {} without --wait."""
-    if not s.wait or not targets:
-        return {}
-    results = (fn or wait_for_hosts)(
-        targets, probe_options(s), WaitOptions(budget_s=float(s.wait)), say=echo_err
-    )
-    return {r.host: r for r in results}
 
 
 @dataclass

@@ -1,27 +1,16 @@
-"""One typed settings object for a run, merged from the options given before and after a subcommand.
+"""One typed settings object for a run, from the options of the subcommand that runs it.
 
-`provision --host a check --host b -v` and `provision check --host a --host b -v` mean the same:
-multi-value options (`--host`, `-e`) accumulate, `-v` counts add up, and for any other option a
-value given after the subcommand wins over one given before it (the earlier one is named on
-stderr). A command-line value beats one from the environment (`$PROVISION_INVENTORY`, ...).
-An option given before a subcommand that does not take it is refused, never dropped.
+Each option belongs to one subcommand (provisioner.options lists them; provisioner.route hands
+options written before a subcommand to it), so the subcommand's own parameters are the settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import click
-from click.core import ParameterSource
-
-from provisioner.exitcodes import UsageProblem
-
-ACCUMULATE = frozenset({"hosts", "extra_vars"})
-COUNT = frozenset({"verbosity"})
-_GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.PROMPT)
 
 
 @dataclass(frozen=True)
@@ -69,67 +58,6 @@ class Settings:
     @property
     def ansible_check(self) -> bool:
         return self.command == "check" or bool(self.check_mode)
-
-
-def _option_name(param: click.Parameter, value: object) -> str:
-    if isinstance(param, click.Option):
-        if param.secondary_opts and value is False:
-            return max(param.secondary_opts, key=len)
-        return max(param.opts, key=len)
-    return param.name or "?"
-
-
-def _command_path(ctx: click.Context) -> str:
-    return ctx.command_path or "provision"
-
-
-def merge_params(
-    ctx: click.Context, warn: Callable[[str], None] | None = None
-) -> dict[str, Any]:
-    """The invoked command's parameters merged with those given to the groups above it.
-
-    Raises UsageProblem for an option given to a group that the command does not take."""
-    say = warn or (lambda line: click.echo(line, err=True))
-    chain: list[click.Context] = []
-    c: click.Context | None = ctx
-    while c is not None:
-        chain.insert(0, c)
-        c = c.parent
-    leaf = ctx
-    out: dict[str, Any] = {}
-    source: dict[str, ParameterSource | None] = {}
-    where: dict[str, str] = {}
-    refused: list[str] = []
-    for level in chain:
-        params = {p.name: p for p in level.command.params if p.name}
-        for name, value in level.params.items():
-            src = level.get_parameter_source(name)
-            given = src in _GIVEN
-            if level is not leaf and name not in leaf.params:
-                if given and name in params:
-                    refused.append(_option_name(params[name], value))
-                continue
-            if name not in out:
-                out[name], source[name], where[name] = value, src, _command_path(level)
-                continue
-            if name in ACCUMULATE:
-                out[name] = (*(out[name] or ()), *(value or ()))
-            elif name in COUNT:
-                out[name] = int(out[name] or 0) + int(value or 0)
-            elif given:
-                if source[name] in _GIVEN and out[name] != value and name in params:
-                    opt = _option_name(params[name], value)
-                    say(f"warning: {opt} given twice: {value!r} (to `{_command_path(level)}`) "
-                        f"replaces {out[name]!r} (given to `{where[name]}`)")
-                out[name], source[name], where[name] = value, src, _command_path(level)
-            elif source[name] not in _GIVEN and src == ParameterSource.ENVIRONMENT:
-                out[name], source[name] = value, src
-    if refused:
-        raise UsageProblem(
-            f"{', '.join(refused)}: not an option of `{_command_path(leaf)}` "
-            f"(given before the subcommand; see `{_command_path(leaf)} --help`)"
-        )
-    return out
 
 
 NO_TARGETS = "no hosts: give --host HOST (repeatable) or -i INVENTORY (or --local)"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import yamlfile
+from provisioner import rolevars, yamlfile
 from provisioner.exitcodes import SetupError, StackError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -107,37 +107,6 @@ DERIVED_VARS = {
     "gpu_stack_cudnn_build": "cudnn.version and cuda.version",
     "gpu_stack_nccl_build": "nccl.version and cuda.version",
     "gpu_stack_cuda_distros": "cuda.version and mirrors.nvidia_repo_carries",
-}
-# Role variables the stack set before the gpu_stack_* contract: given with -e they are folded into
-# the stack under their new names (with a warning), never passed around the matrix.
-LEGACY_VARS = {
-    "nvidia_repo_base_url": "gpu_stack_mirrors_nvidia_repo",
-    "nvidia_repo_carries": "gpu_stack_mirrors_nvidia_repo_carries",
-    "nvidia_driver_branch": "gpu_stack_driver_branch",
-    "nvidia_driver_version": "gpu_stack_driver_version",
-    "nvidia_driver_flavor": "gpu_stack_driver_flavor",
-    "nvidia_driver_fabricmanager": "gpu_stack_driver_fabricmanager",
-    "cuda_toolkit_version": "gpu_stack_cuda_version",
-    "cuda_env_cuda_version": "gpu_stack_cuda_version",
-    "cudnn_cuda_version": "gpu_stack_cuda_version",
-    "nccl_cuda_version": "gpu_stack_cuda_version",
-    "cudnn_version": "gpu_stack_cudnn_version",
-    "nccl_version": "gpu_stack_nccl_version",
-    "pytorch_version": "gpu_stack_pytorch_version",
-    "pytorch_build": "gpu_stack_pytorch_build",
-    "pytorch_venv": "gpu_stack_pytorch_venv",
-    "pytorch_index_url": "gpu_stack_mirrors_pytorch_index",
-    "pytorch_find_links": "gpu_stack_mirrors_pytorch_find_links",
-    "pytorch_torchvision_version": "gpu_stack_pytorch_torchvision",
-    "pytorch_torchaudio_version": "gpu_stack_pytorch_torchaudio",
-    "validation_enabled": "gpu_stack_validation_enabled",
-    "validation_backend": "gpu_stack_validation_backend",
-    "validation_nproc_per_node": "gpu_stack_validation_nproc_per_node",
-    "validation_timeout_s": "gpu_stack_validation_timeout_s",
-    "validation_network_interface": "gpu_stack_validation_network_interface",
-    "validation_thresholds": "gpu_stack_validation_thresholds",
-    "cudnn_major": "gpu_stack_cudnn_build",
-    "pytorch_python_range": "gpu_stack_pytorch_python_range",
 }
 CPU_BUILD = "cpu"
 
@@ -636,9 +605,7 @@ def _coerce(value: Any, spec: Field) -> Any:  # noqa: ANN401
 def policy_vars() -> frozenset[str]:
     """The gpu_stack role's site-policy variables (waits, locks, holds, paths): gpu_stack_* names
     that are not stack leaves and not derived. Given with -e they reach the roles as they are."""
-    from provisioner import rolegen  # noqa: PLC0415 - the role schema, read only when -e names one
-
-    names = set(rolegen.load_schema()["roles"]["gpu_stack"]["variables"])
+    names = rolevars.gpu_stack_variables()
     return frozenset(names - set(STACK_VARS) - set(DERIVED_VARS) - {"gpu_stack_desired"})
 
 

@@ -20,7 +20,6 @@ from typing import Any
 from provisioner.exitcodes import UsageProblem
 from provisioner.model import Report
 
-KEEP_RUNS = 20
 KEEP_HISTORY = 400
 
 

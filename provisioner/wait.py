@@ -29,8 +29,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from provisioner import inventory as inv
 from provisioner.inventory import Target
-from provisioner.preflight import ProbeOptions, ProbeResult, connect, not_probed, quiet_paramiko
+from provisioner.preflight import (
+    ProbeOptions,
+    ProbeResult,
+    connect,
+    not_probed,
+    probe_options,
+    quiet_paramiko,
+)
+from provisioner.settings import Settings
 
 Say = Callable[[str], None]
 
@@ -372,3 +381,21 @@ def wait_for_hosts(
         )
         results.append(r)
     return results
+
+
+def _echo_err(line: str) -> None:
+    import click  # noqa: PLC0415
+
+    click.echo(line, err=True)
+
+
+def wait_hosts(
+    s: Settings, targets: list[inv.Target], fn: Callable[..., list[ProbeResult]] | None = None
+) -> dict[str, ProbeResult]:
+    """--wait: host -> the wait's result (ok, or why it ended); {} without --wait."""
+    if not s.wait or not targets:
+        return {}
+    results = (fn or wait_for_hosts)(
+        targets, probe_options(s), WaitOptions(budget_s=float(s.wait)), say=_echo_err
+    )
+    return {r.host: r for r in results}

@@ -52,12 +52,16 @@ CATALOG = {
         "verifies": "the nouveau module is not loaded",
         "remediation": "run `provision` on the host (it blacklists nouveau), then reboot",
     },
+    # BEGIN GENERATED SUPPORT (make roles, from provisioner/data/support.yml)
     "preflight.os": {
-        "verifies": "the host runs a supported OS release (Ubuntu 20.04/22.04/24.04, "
-        "Debian 11/12, RHEL/Rocky/Alma 9; EL8 is refused: ansible-core "
-        "2.17+ cannot manage its packages)",
+        "verifies": (
+            "the host runs a supported OS release (Ubuntu 20.04/22.04/24.04, Debian"
+            " 11/12, RHEL/Rocky/Alma 9; EL8 is refused: ansible-core 2.17+ cannot "
+            "manage its packages)"
+        ),
         "remediation": "use a supported distribution release",
     },
+    # END GENERATED SUPPORT
     "preflight.package_manager": {
         "verifies": "cloud-init finished and no other process holds the "
         "dpkg/rpm locks within gpu_stack_wait_timeout_s "

@@ -110,11 +110,6 @@ def parse_rpm_qa(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def parse_apt_mark_showhold(text: str) -> list[str]:
-    """`apt-mark showhold`: one package name per line (possibly name:arch)."""
-    return [ln.strip().split(":", 1)[0] for ln in text.splitlines() if ln.strip()]
-
-
 VERSIONLOCK_RE = re.compile(r"^(?P<name>.+)-(?P<epoch>\d+):(?P<version>[^-]+)-(?P<release>.+)$")
 
 

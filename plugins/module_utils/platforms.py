@@ -36,7 +36,9 @@ from __future__ import absolute_import, annotations, division, print_function
 import re
 from typing import Any
 
-# Releases the stack supports, with the reason for each refusal the preflight gives.
+# BEGIN GENERATED SUPPORT (make roles, from provisioner/data/support.yml)
+# Releases preflight.os accepts (os-release ID -> VERSION_ID for Ubuntu, the
+# major elsewhere), and the ones it refuses ((family, version) -> the reason).
 SUPPORTED = {
     "ubuntu": ("20.04", "22.04", "24.04"),
     "debian": ("11", "12"),
@@ -44,11 +46,16 @@ SUPPORTED = {
     "rocky": ("9",),
     "almalinux": ("9",),
 }
-EL8_REASON = (
-    "EL8 is not supported: ansible-core 2.17 and newer cannot manage packages there (the dnf "
-    "bindings exist only for /usr/libexec/platform-python 3.6, which they no longer run: "
-    "ansible/ansible#83357, #84769); use EL9, or ansible-core 2.16 with another tool"
-)
+REFUSED = {
+    ("redhat", "8"): (
+        "EL8 is not supported: ansible-core 2.17 and newer cannot manage "
+        "packages there (the dnf bindings exist only for "
+        "/usr/libexec/platform-python 3.6, which they no longer run: "
+        "ansible/ansible#83357, #84769); use EL9, or ansible-core 2.16 with "
+        "another tool"
+    ),
+}
+# END GENERATED SUPPORT
 ARCH_DIRS = {"x86_64": "x86_64", "aarch64": "sbsa"}
 
 
@@ -99,12 +106,13 @@ class Platform(object):
 
     def support(self) -> tuple[bool, str]:
         """(supported, reason)."""
-        if self.family == "redhat" and self.major == "8":
-            return False, EL8_REASON
+        key = self.version if self.family == "ubuntu" else self.major
+        refused = REFUSED.get((self.family, key))
+        if refused:
+            return False, refused
         versions = SUPPORTED.get(self.os_id)
         if versions is None:
             return False, "unsupported distribution %s" % (self.name or self.os_id or "unknown")
-        key = self.version if self.os_id == "ubuntu" else self.major
         if key not in versions:
             return False, "unsupported release %s (supported: %s %s)" % (
                 self.name,

@@ -25,8 +25,8 @@ def check(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     Prints what changed since the previous check per host (new problems, resolved ones, versions).
     """
     from provisioner.session import execute  # noqa: PLC0415
-    from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
+    from provisioner.settings import Settings, require_targets  # noqa: PLC0415
 
-    s = Settings.from_params("check", merge_params(ctx))
+    s = Settings.from_params("check", ctx.params)
     require_targets(ctx, s)
     ctx.exit(execute(s))

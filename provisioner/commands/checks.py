@@ -20,9 +20,8 @@ def checks(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     from provisioner import catalog  # noqa: PLC0415
     from provisioner.content import locate  # noqa: PLC0415
     from provisioner.exitcodes import UsageProblem  # noqa: PLC0415
-    from provisioner.settings import merge_params  # noqa: PLC0415
 
-    p = merge_params(ctx)
+    p = ctx.params
     entries, source = catalog.load(locate().plugins)
     prefix = str(p["prefix"] or "")
     shown = [c for c in entries if c.id.startswith(prefix)]

@@ -22,10 +22,9 @@ def history() -> None:
 @click.pass_context
 def list_runs(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """List recent runs (newest last)."""
-    from provisioner.settings import merge_params  # noqa: PLC0415
     from provisioner.state import default_state  # noqa: PLC0415
 
-    p = merge_params(ctx)
+    p = ctx.params
     st = default_state()
     rows = [_row(rep) for rep in st.iter_reports(st.list_history()[-int(p["last"]):], _warn)]
     if p["as_json"]:
@@ -62,10 +61,9 @@ def _warn(line: str) -> None:
 def diff(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """What changed from RUN_A to RUN_B (ids, id prefixes, files, latest, previous, -N)."""
     from provisioner.history import diff_reports, format_diff  # noqa: PLC0415
-    from provisioner.settings import merge_params  # noqa: PLC0415
     from provisioner.state import default_state  # noqa: PLC0415
 
-    p = merge_params(ctx)
+    p = ctx.params
     st = default_state()
     a, b = st.load_report(p["run_a"]), st.load_report(p["run_b"])
     diffs = diff_reports(a, b)
@@ -85,8 +83,7 @@ def diff(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
 @click.pass_context
 def show(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Print a stored report.json."""
-    from provisioner.settings import merge_params  # noqa: PLC0415
     from provisioner.state import default_state  # noqa: PLC0415
 
-    p = merge_params(ctx)
+    p = ctx.params
     click.echo(json.dumps(default_state().load_raw(p["run"]), indent=2))

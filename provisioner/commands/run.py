@@ -1,18 +1,28 @@
-"""The default action: `provision --host gpu01` runs playbooks/site.yml (the full provisioning)."""
+"""The default action: `provision --host gpu01` runs playbooks/site.yml (the full provisioning).
+
+The hidden subcommand `run`: provisioner.route makes it the subcommand when none is named."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
+from provisioner import options
+from provisioner.exitcodes import EXIT_CODES_HELP
 
-def run_full(ctx: click.Context) -> None:
+
+@click.command("run", hidden=True, epilog=EXIT_CODES_HELP)
+@options.targets
+@options.run_opts
+@options.full_run_opts
+@click.pass_context
+def run(ctx: click.Context, /, **params: Any) -> None:  # noqa: ANN401
+    """The full provisioning: preflight, driver, CUDA, cuDNN, NCCL, environment, PyTorch,
+    validation (`provision --host HOST`, or -i INVENTORY)."""
     from provisioner.session import execute  # noqa: PLC0415
-    from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
+    from provisioner.settings import Settings, require_targets  # noqa: PLC0415
 
-    if not any(ctx.get_parameter_source(n) != click.core.ParameterSource.DEFAULT
-               for n in ctx.params):
-        click.echo(ctx.get_help())  # `provision` alone: the help, as a usage error
-        ctx.exit(2)
-    s = Settings.from_params("run", merge_params(ctx))
+    s = Settings.from_params("run", params)
     require_targets(ctx, s)
     ctx.exit(execute(s))

@@ -23,9 +23,8 @@ def stack() -> None:
 def show(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Print the resolved stack (defaults filled in)."""
     from provisioner import stack as stk  # noqa: PLC0415
-    from provisioner.settings import merge_params  # noqa: PLC0415
 
-    p = merge_params(ctx)
+    p = ctx.params
     as_json, as_vars = bool(p["as_json"]), bool(p["as_vars"])
     s = stk.load(p["stack_path"])
     for w in s.all_warnings:
@@ -48,9 +47,8 @@ def show(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
 def validate(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Check the stack against the matrix; exit 2 naming the rule it breaks."""
     from provisioner import stack as stk  # noqa: PLC0415
-    from provisioner.settings import merge_params  # noqa: PLC0415
 
-    s = stk.load(merge_params(ctx)["stack_path"])
+    s = stk.load(ctx.params["stack_path"])
     for w in s.all_warnings:
         click.echo(f"warning: {w}", err=True)
     click.echo(f"stack {s.name} ({s.source}): valid")

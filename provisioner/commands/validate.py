@@ -17,8 +17,8 @@ from provisioner.exitcodes import EXIT_CODES_HELP
 def validate(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Run the validation role alone (NCCL all-reduce, DDP smoke test)."""
     from provisioner.session import execute  # noqa: PLC0415
-    from provisioner.settings import Settings, merge_params, require_targets  # noqa: PLC0415
+    from provisioner.settings import Settings, require_targets  # noqa: PLC0415
 
-    s = Settings.from_params("validate", merge_params(ctx))
+    s = Settings.from_params("validate", ctx.params)
     require_targets(ctx, s)
     ctx.exit(execute(s))

@@ -188,7 +188,7 @@ class FakeHost(c.HostIO):
 
 def role_default(role: str, name: str) -> Any:
     """A role variable's default, from the one schema (provisioner/data/role-variables.yml)."""
-    from provisioner import rolegen  # noqa: PLC0415
+    from tools import rolegen  # noqa: PLC0415
 
     return rolegen.resolve_variables(rolegen.load_schema())[role][name]["default"]
 

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from provisioner import session, stack
+from provisioner import extravars, session, stack
 from provisioner.cli import cli
 from provisioner.exitcodes import UsageProblem
 from provisioner.extravars import parse as parse_extravars
@@ -222,16 +223,18 @@ def test_extra_vars_override_the_stack() -> None:
     s = session.Settings(command="run", extra_vars=("nvidia_driver_reboot_local=true",),
                          no_reboot=True)
 
-    ev = session.build_extravars(s, stack.load(None)).extravars
+    ev = extravars.build_extravars(s, stack.load(None)).extravars
     assert ev["nvidia_driver_reboot_local"] == "true"
     assert ev["nvidia_driver_allow_reboot"] is False
-    chk = session.build_extravars(session.Settings(command="check"), stack.load(None)).extravars
+    chk = extravars.build_extravars(session.Settings(command="check"), stack.load(None)).extravars
     assert chk["gpu_stack_validation_enabled"] is False
-    chk = session.build_extravars(
+    chk = extravars.build_extravars(
         session.Settings(command="check", validate=True), stack.load(None)
     ).extravars
     assert chk["gpu_stack_validation_enabled"] is True
-    val = session.build_extravars(session.Settings(command="validate"), stack.load(None)).extravars
+    val = extravars.build_extravars(
+        session.Settings(command="validate"), stack.load(None)
+    ).extravars
     assert val["gpu_stack_validation_enabled"] is True
 
 
@@ -303,13 +306,13 @@ def test_connection_options_override_an_inventory() -> None:
         key=Path("/k/id"),
         connection="paramiko",
     )
-    ev = session.build_extravars(s, stack.load(None)).extravars
+    ev = extravars.build_extravars(s, stack.load(None)).extravars
     assert ev["ansible_user"] == "ops"
     assert ev["ansible_port"] == 2222
     assert ev["ansible_ssh_private_key_file"] == "/k/id"
     assert ev["ansible_connection"] == "paramiko_ssh"
     with_hosts = session.Settings(command="run", hosts=("h",), user="ops")
-    assert "ansible_user" not in session.build_extravars(with_hosts, stack.load(None)).extravars
+    assert "ansible_user" not in extravars.build_extravars(with_hosts, stack.load(None)).extravars
 
 
 def test_options_before_and_after_the_subcommand_are_merged(
@@ -394,3 +397,25 @@ def test_an_empty_path_or_value_is_refused(calls: list[session.Settings], option
     assert r.exit_code == 2, r.output
     assert "empty value" in r.output
     assert calls == []
+
+
+def test_the_group_holds_only_what_is_global(calls: list[session.Settings]) -> None:
+    """Issue 18 item 4: each option belongs to its subcommand; the group takes --version and
+    --help only, there is no merge of two levels, and `provision --host gpu01` is still the full
+    run (the hidden subcommand `run`)."""
+    from provisioner import settings  # noqa: PLC0415
+
+    ctx = click.Context(cli)
+    opts = {o for p in cli.get_params(ctx) for o in p.opts}
+    assert opts == {"--version", "-h", "--help"}
+    assert not hasattr(settings, "merge_params")
+    run = cli.get_command(ctx, "run")
+    assert run is not None and run.hidden
+    assert "  run " not in invoke("--help").output
+    r = invoke("--host", "gpu01")
+    assert r.exit_code == 0, r.output
+    assert [(s.command, s.hosts) for s in calls] == [("run", ("gpu01",))]
+    # a value that looks like a subcommand stays the option's value
+    r = invoke("--limit", "check", "--host", "gpu01")
+    assert r.exit_code == 0, r.output
+    assert (calls[-1].command, calls[-1].limit) == ("run", "check")

@@ -47,6 +47,9 @@ def test_wheel_contents(wheel: Path) -> None:
     assert f"{coll}/plugins/module_utils/evaluate.py" in names
     # the lab is beside the product, not in it
     assert not any(n.startswith(("lab/", "provisioner/lab/")) for n in names)
+    # the role generator is beside the product too (tools/rolegen.py): the wheel has no generator
+    assert not any(n.startswith("tools/") or n.endswith("/rolegen.py") for n in names)
+    assert "provisioner/rolevars.py" in names and "provisioner/data/role-variables.yml" in names
     assert "provisioner/data/matrix.yml" in names
     assert "provisioner/data/default-stack.yml" in names
     assert f"{coll}/plugins/module_utils/catalog.py" in names  # `provision checks`

@@ -233,11 +233,26 @@ def test_apply_probe_output() -> None:
         ("ubuntu", "22.04", "x86_64", ("ubuntu2204", "x86_64")),
         ("debian", "12", "x86_64", ("debian12", "x86_64")),
         ("rocky", "9.3", "aarch64", ("rhel9", "sbsa")),
-        ("fedora", "40", "x86_64", (None, "x86_64")),
+        ("fedora", "40", "x86_64", ("", "x86_64")),
     ],
 )
-def test_distro_mapping(os_id: str, ver: str, arch: str, expected: tuple) -> None:
-    assert (pf.distro_dir(os_id, ver), pf.repo_arch(arch)) == expected
+def test_distro_mapping_is_the_probes(os_id: str, ver: str, arch: str, expected: tuple) -> None:
+    """The CLI preflight asks the probe's own Platform (plugins/module_utils/platforms.py)."""
+    r = pf.ProbeResult(host="h", address="h", port=22, os_id=os_id, os_version=ver, arch=arch)
+    plat = pf.platform_of(r)
+    assert (plat.repo_dir, plat.arch_dir) == expected
+    assert type(plat).__module__ == "provision_collection_platforms"
+
+
+def test_the_cli_preflight_refuses_what_the_probe_refuses() -> None:
+    """One judgement: EL8 and Debian on aarch64 get the probe's reason, not a second opinion."""
+    el8 = pf.ProbeResult(host="h", address="h", port=22, os_id="rocky", os_version="8.9",
+                         os_name="Rocky Linux 8.9", arch="x86_64")
+    (w,) = pf.matrix_warnings(el8, [], [], "12.1")
+    assert "EL8 is not supported" in w and "ansible/ansible#83357" in w and "preflight.os" in w
+    arm = pf.ProbeResult(host="h", address="h", port=22, os_id="debian", os_version="11",
+                         arch="aarch64")
+    assert "no Debian repository for aarch64" in pf.matrix_warnings(arm, [], [], "12.1")[0]
 
 
 def test_matrix_warnings() -> None:
@@ -260,7 +275,7 @@ def test_matrix_warnings() -> None:
     fed = pf.ProbeResult(
         host="h", address="h", port=22, os_id="fedora", os_version="40", arch="x86_64"
     )
-    assert "not one NVIDIA packages CUDA for" in pf.matrix_warnings(fed, distros, [], "12.1")[0]
+    assert "unsupported distribution" in pf.matrix_warnings(fed, distros, [], "12.1")[0]
 
 
 def test_gpu_count_ignores_nvswitch_bridges() -> None:

@@ -180,9 +180,9 @@ def test_a_directory_as_stack_is_a_named_error(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- 5: -e and the stack, safety
 
 
-def _vars(*extra: str, **kw: object) -> session.RunVars:
+def _vars(*extra: str, **kw: object) -> ev.RunVars:
     s = session.Settings(command=str(kw.pop("command", "run")), extra_vars=extra, **kw)
-    return session.build_extravars(s, stack.load(None), warn=WARNINGS.append)
+    return ev.build_extravars(s, stack.load(None), warn=WARNINGS.append)
 
 
 WARNINGS: list[str] = []
@@ -808,19 +808,18 @@ def test_two_hosts_on_one_address_with_different_ports(tmp_path: Path) -> None:
         inventory.targets_from_hosts(["gpu01", "ops@gpu01:22"])
 
 
-def test_old_role_variable_names_from_extra_vars_are_folded_and_checked() -> None:
-    """Issue 14 item 5's own example, `-e nvidia_driver_branch=470`, under the old names."""
-    with pytest.raises(StackError, match="driver branch 470 is below the minimum"):
-        _vars("nvidia_driver_branch=470")
+def test_an_old_role_variable_name_is_no_stack_alias() -> None:
+    """The pre-gpu_stack names (nothing was released with them) are no longer folded into the
+    stack: `-e nvidia_driver_branch=470` is an ordinary extra variable no role reads, the stack's
+    branch stays, and the matrix still guards the real name."""
     WARNINGS.clear()
-    rv = _vars("nvidia_driver_branch=550", "validation_enabled=false")
-    assert rv.stack.data["driver"]["branch"] == "550"
-    assert rv.extravars["gpu_stack_validation_enabled"] is False
-    assert "nvidia_driver_branch" not in rv.extravars
-    assert ("warning: -e nvidia_driver_branch is the old name of gpu_stack_driver_branch; "
-            "use -e gpu_stack_driver_branch") in WARNINGS
-    with pytest.raises(StackError, match="-e gpu_stack_cudnn_build: derived from the matrix"):
-        _vars("cudnn_major=9")
+    rv = _vars("nvidia_driver_branch=470")
+    assert rv.stack.data["driver"]["branch"] == stack.load(None).data["driver"]["branch"]
+    assert rv.extravars["gpu_stack_driver_branch"] == rv.stack.data["driver"]["branch"]
+    assert rv.extravars["nvidia_driver_branch"] == "470"
+    assert WARNINGS == []
+    with pytest.raises(StackError, match="driver branch 470 is below the minimum"):
+        _vars("gpu_stack_driver_branch=470")
 
 
 # ---------------------------------------------------------------- docs/reliability.md

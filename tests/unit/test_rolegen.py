@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from provisioner import rolegen
 from provisioner import stack as stk
+from tools import rolegen
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION_LITERAL = re.compile(r"12\.1|cu121|8\.9\.2|2\.18\.3|\b535\b")
@@ -81,7 +83,7 @@ def test_changing_the_stack_data_alone_moves_every_role(
     )
     # no other generated file carries a stack version of its own
     for path, text in rendered.items():
-        if path.parts[-3] != "gpu_stack":
+        if rolegen.ROLES in path.parents and path.parts[-3] != "gpu_stack":
             assert "2.18.3" not in text and "8.9.2.26" not in text, path
 
 
@@ -106,3 +108,28 @@ def test_readme_intro_comes_from_the_schema_and_hand_sections_stay() -> None:
     assert bare.startswith("# cuda_library\n\n" + rolegen.INTRO_BEGIN)
     assert "provision checks" not in bare  # cuda_library has no checks of its own
     assert rolegen.BEGIN in bare
+
+
+def test_the_generator_is_beside_the_product_not_in_it() -> None:
+    """No import circle and no generator at run time: the wheel's package has no rolegen, and
+    neither the CLI nor a run-path module imports tools/ (the schema comes from rolevars)."""
+    assert not (REPO / "provisioner" / "rolegen.py").exists()
+    assert (REPO / "tools" / "rolegen.py").is_file()
+    hits = [
+        str(p.relative_to(REPO))
+        for p in REPO.glob("provisioner/**/*.py")
+        if re.search(r"^\s*(from tools\b|import tools\b|from provisioner import rolegen)",
+                     p.read_text(encoding="utf-8"), re.M)
+    ]
+    assert hits == []
+    code = (
+        "import sys\n"
+        "import provisioner.cli, provisioner.session, provisioner.stack, provisioner.runner\n"
+        "from provisioner import stack\n"
+        "stack.policy_vars(); stack.load(None).to_extravars()\n"
+        "print(sorted(m for m in sys.modules\n"
+        "             if m == 'tools' or m.startswith(('tools.', 'provisioner.rolegen'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=REPO / "tests")
+    assert out.stdout.strip().splitlines()[-1] == "[]"

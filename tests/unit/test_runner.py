@@ -120,8 +120,9 @@ def test_real_run_of_the_demo_playbook(tmp_path: Path, monkeypatch: pytest.Monke
     assert r.status == "successful"
     assert r.rc == 0
     assert r.stats["ok"]["h-ok"] >= 4
-    assert r.hosts_with("changed") == {}  # extra vars beat host vars: demo_change false
-    assert r.hosts_with("failures") == {}
+    # extra vars beat host vars: demo_change false
+    assert not any(r.stats.get("changed", {}).values())
+    assert not any(r.stats.get("failures", {}).values())
     assert events[-1]["event"] == "playbook_on_stats"
     assert (r.artifacts / "job_events").is_dir()
     assert len(list((r.artifacts / "job_events").glob("*.json"))) == len(events)

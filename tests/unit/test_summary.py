@@ -88,7 +88,7 @@ def test_the_catalogue_covers_every_check_id_of_the_collection_and_the_cli() -> 
     assert {"driver.pin", "preflight.lock", "preflight.package_manager", "validation.ddp",
             "cudnn.hold", "env.foreign_paths"} <= produced  # the scan sees every kind of source
     assert produced - ids == set()
-    from provisioner.session import PREFLIGHT_REMEDIATION  # noqa: PLC0415
+    from provisioner.preflight import PREFLIGHT_REMEDIATION  # noqa: PLC0415
 
     assert {f"ssh.{s}" for s in PREFLIGHT_REMEDIATION} <= ids
     for c in entries:
