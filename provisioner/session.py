@@ -177,6 +177,7 @@ def build_extravars(
         given[new] = given.pop(old)
     policy = stk.policy_vars() if any(k.startswith(STACK_PREFIX) for k in given) else frozenset()
     folded = {k: v for k, v in given.items() if k.startswith(STACK_PREFIX) and k not in policy}
+    stk.check_policy(given)
     stack = stk.fold_overrides(stack, folded)
     rest = {k: v for k, v in given.items() if k not in folded}
     extravars = stack.to_extravars(allow_reboot=not s.no_reboot)

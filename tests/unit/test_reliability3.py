@@ -1,0 +1,207 @@
+"""Issue 21: reliability and security, round 3 (each row of docs/reliability.md that names a test
+here). Every test here failed on the code before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from probe_fakes import FakeHost, judge
+from probe_fakes import stack as probe_stack
+
+from provisioner import session, stack
+from provisioner.cli import cli
+from provisioner.exitcodes import ExitCode, StackError, UsageProblem
+from provisioner.model import Report
+from provisioner.state import StateDir
+
+H = "--hash=sha256:" + "a" * 64
+
+
+def run_cli(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), prog_name="provision")
+
+
+def _err(user: dict[str, Any]) -> str:
+    with pytest.raises(StackError) as info:
+        stack.resolve(user)
+    assert info.value.exit_code == ExitCode.USAGE
+    return str(info.value.message)
+
+
+# ---------------------------------------------------------------- high: unverified wheels
+
+
+def test_find_links_with_the_default_index_needs_hashes() -> None:
+    """Was: find-links with the default index and no hashes passed `stack validate`."""
+    msg = _err({"mirrors": {"pytorch_find_links": "http://m/wheels/"}})
+    assert "mirrors.pytorch_find_links without mirrors.pytorch_hashes" in msg
+
+
+def test_pytorch_hashes_check_fails_for_find_links_beside_an_index() -> None:
+    """Was: `pytorch.hashes` pass ("index ...") though pip may take the mirror's wheel."""
+    h = FakeHost().gpus()
+    r = judge(h, ["pytorch"], probe_stack(**{"pytorch.find_links": "http://m/w/"}))
+    check = r["by_id"]["pytorch.hashes"]
+    assert check["status"] == "fail", check
+    assert "unverified" in check["message"]
+    assert r["plan"]["pytorch"]["install"] == []
+
+
+# ---------------------------------------------------------------- high: URLs and names
+
+
+URL_KEYS = ("nvidia_repo", "pytorch_index", "pytorch_find_links")
+
+
+@pytest.mark.parametrize("key", URL_KEYS)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "http://m/repo\ndeb [trusted=yes] http://evil/ /",
+        "http://m/repo [trusted=yes]",
+        "http://m/repo\n",
+        "http://m/re\x00po",
+        "http://m/re\tpo",
+        "--trusted-host=evil",
+        "ftp://m/repo",
+        "http://",
+    ],
+)
+def test_every_url_in_the_stack_is_matched_whole(key: str, bad: str) -> None:
+    """Was: a newline or ' [trusted=yes]' in mirrors.nvidia_repo passed and became a second
+    sources line; pytorch_find_links was not checked at all."""
+    user: dict[str, Any] = {"mirrors": {key: bad, "pytorch_hashes": [f"torch==2.5.1+cu121 {H}"]}}
+    msg = _err(user)
+    assert f"mirrors.{key}:" in msg and "no whitespace, control characters or options" in msg
+
+
+@pytest.mark.parametrize(
+    "url", ["https://m.example/cuda/repos", "file:///srv/mirror/cuda", "http://[::1]:8080/r",
+            "http://10.0.0.1:8080/whl/cu121?x=1&y=%20"],
+)
+def test_plain_urls_are_accepted(url: str) -> None:
+    s = stack.resolve({"mirrors": {"nvidia_repo": url, "pytorch_index": url}})
+    assert s.data["mirrors"]["nvidia_repo"] == url
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [("pytorch.venv", "/opt/pytorch\n"), ("name", "lab\n"), ("driver.branch", "535\n")],
+)
+def test_a_trailing_newline_does_not_pass_a_pattern(path: str, value: str) -> None:
+    """Was: `re.match(...$)` let a trailing newline through for the venv path and the name."""
+    section, _, key = path.rpartition(".")
+    user: dict[str, Any] = {section: {key: value}} if section else {key: value}
+    assert f"{path}:" in _err(user)
+
+
+def test_duplicate_names_in_pytorch_hashes_are_refused() -> None:
+    """Was: a torch pinned twice skipped the version check."""
+    user = {
+        "pytorch": {"version": "2.13.0", "build": "cpu"},
+        "mirrors": {"pytorch_find_links": "http://m/w/",
+                    "pytorch_hashes": [f"torch==2.0.0 {H}", f"torch==2.13.0+cpu {H}"]},
+    }
+    assert "mirrors.pytorch_hashes: torch is pinned twice" in _err(user)
+
+
+# ---------------------------------------------------------------- medium: -e connection vars
+
+
+@pytest.mark.parametrize(
+    "var",
+    ["ansible_host_key_checking", "ansible_sftp_extra_args", "ansible_scp_extra_args",
+     "ansible_ssh_host_key_checking", "ansible_scp_if_ssh", "ansible_sftp_batch_mode",
+     "ansible_sshpass_prompt", "ansible_private_key", "ansible_password_file",
+     "ansible_control_path", "ansible_control_path_dir", "ansible_pipelining",
+     "ansible_timeout", "ansible_su_user", "ansible_runas_user"],
+)
+def test_every_variable_that_changes_how_ansible_connects_is_refused(var: str) -> None:
+    """Was: -e ansible_host_key_checking=false accepted an unknown host key."""
+    s = session.Settings(command="run", extra_vars=(f"{var}=false",))
+    with pytest.raises(UsageProblem) as info:
+        session.build_extravars(s, stack.load(None))
+    assert f"-e {var}: a connection variable" in info.value.message
+
+
+# ---------------------------------------------------------------- low: key fingerprints
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['{"gpu_stack_repo_key_fingerprints": ["3bf863cc"]}',
+     '{"gpu_stack_repo_key_fingerprints": ["' + "G" * 40 + '"]}',
+     "gpu_stack_repo_key_fingerprints=" + "A" * 40],
+)
+def test_malformed_repo_key_fingerprints_are_refused(value: str) -> None:
+    s = session.Settings(command="run", extra_vars=(value,))
+    with pytest.raises(StackError) as info:
+        session.build_extravars(s, stack.load(None))
+    assert "-e gpu_stack_repo_key_fingerprints:" in info.value.message
+
+
+def test_a_malformed_fingerprint_fails_repo_key_on_the_host() -> None:
+    r = judge(FakeHost(), ["repo"], probe_stack(**{"repo.key_fingerprints": ["3bf863cc"]}))
+    check = r["by_id"]["repo.key"]
+    assert check["status"] == "fail" and "not an OpenPGP fingerprint" in check["message"]
+
+
+def test_a_full_fingerprint_with_spaces_is_accepted() -> None:
+    fp = "EB69 3B30 35CD 5710 E231  E123 A4B4 6996 3BF8 63CC"
+    s = session.Settings(command="run",
+                         extra_vars=(json.dumps({"gpu_stack_repo_key_fingerprints": [fp]}),))
+    rv = session.build_extravars(s, stack.load(None))
+    assert rv.extravars["gpu_stack_repo_key_fingerprints"] == [fp]
+
+
+# ---------------------------------------------------------------- medium/low: history
+
+
+def _good(sd: StateDir, run_id: str, hosts: tuple[str, ...] = ("g1",)) -> None:
+    sd.save_report(Report.from_dict({
+        "run_id": run_id, "command": "check", "exit_code": 0,
+        "hosts": {h: {"status": "ok", "checks": [{"id": "driver.hold", "status": "pass"}]}
+                  for h in hosts},
+    }))
+
+
+def test_deeply_nested_json_in_a_history_file_is_a_named_error(state_dir: Path) -> None:
+    """Was: RecursionError traceback in show/diff; `history list` crashed as a whole."""
+    sd = StateDir(state_dir)
+    _good(sd, "20260101T000000.000Z-check-aaaaaa")
+    bad = sd.history / "20260102T000000.000Z-check-bbbbbb.json"
+    bad.write_text('{"hosts": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    for args in (("history", "show", "latest"), ("history", "diff", "previous", "latest")):
+        r = run_cli(*args)
+        assert r.exit_code == 2, (args, r.output)
+        assert str(bad) in r.output and "nested deeper than" in r.output
+    shallow = sd.history / "20260103T000000.000Z-check-cccccc.json"
+    shallow.write_text('{"hosts": {}, "stack": ' + "[" * 200 + "]" * 200 + "}")
+    r = run_cli("history", "list")
+    assert r.exit_code == 0, r.output
+    assert f"skipped {bad}" in r.output and f"skipped {shallow}" in r.output
+    assert "aaaaaa" in r.output
+
+
+def test_history_diff_names_a_host_present_in_one_run_only(state_dir: Path) -> None:
+    """Was: `g2: None -> ok`."""
+    sd = StateDir(state_dir)
+    _good(sd, "20260101T000000.000Z-check-aaaaaa", ("g1",))
+    _good(sd, "20260102T000000.000Z-check-bbbbbb", ("g1", "g2"))
+    r = run_cli("history", "diff", "previous", "latest")
+    assert r.exit_code == 0, r.output
+    assert "g2: absent -> ok" in r.output and "None" not in r.output
+
+
+def test_history_minus_zero_is_no_run(state_dir: Path) -> None:
+    """Was: `history diff -0` diffed the oldest run."""
+    sd = StateDir(state_dir)
+    _good(sd, "20260101T000000.000Z-check-aaaaaa")
+    _good(sd, "20260102T000000.000Z-check-bbbbbb")
+    r = run_cli("history", "diff", "-0")
+    assert r.exit_code == 2, r.output
+    assert "no run '-0'" in r.output
