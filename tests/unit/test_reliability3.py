@@ -205,3 +205,91 @@ def test_history_minus_zero_is_no_run(state_dir: Path) -> None:
     r = run_cli("history", "diff", "-0")
     assert r.exit_code == 2, r.output
     assert "no run '-0'" in r.output
+
+
+# ---------------------------------------------------------------- medium: preflight at scale
+
+
+def test_preflight_over_5000_unreachable_hosts_one_result_each_bounded_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: one thread per host ("can't start new thread" at 5,000, exit 1, no result). Real
+    probes, each refused at once: a loopback port bound by this test and never listening."""
+    import socket
+    import threading
+
+    from provisioner import preflight as pf
+    from provisioner.inventory import Target
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    peak = [0]
+    real = pf.probe
+
+    def counting(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.ProbeResult:
+        peak[0] = max(peak[0], threading.active_count())
+        return real(t, o, lock)
+
+    monkeypatch.setattr(pf, "probe", counting)
+    base = threading.active_count()
+    targets = [Target(name=f"h{i}", address="127.0.0.1", port=port) for i in range(5000)]
+    try:
+        results = pf.run_preflight(
+            targets, pf.ProbeOptions(known_hosts=tmp_path / "kh", need_sudo=False))
+    finally:
+        closed.close()
+    assert [r.host for r in results] == [t.name for t in targets]
+    assert {r.status for r in results} == {"unreachable"}
+    assert all(r.stage == "connect" for r in results), {r.message for r in results}
+    assert peak[0] - base <= 2 * pf.WORKERS
+
+
+def test_preflight_deadline_is_per_host_not_for_the_whole_fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: one deadline for all: healthy hosts queued behind others reported unreachable.
+    40 hosts answering in 0.1 s each through 2 workers take 2 s in all, each well within its 1 s."""
+    import threading
+    import time
+
+    from provisioner import preflight as pf
+    from provisioner.inventory import Target
+
+    def slow(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.ProbeResult:
+        time.sleep(0.1)
+        return pf.ProbeResult(host=t.name, address=t.address, port=t.port, status="ok")
+
+    monkeypatch.setattr(pf, "probe", slow)
+    targets = [Target(name=f"h{i}", address="127.0.0.1", port=22) for i in range(40)]
+    results = pf.run_preflight(
+        targets, pf.ProbeOptions(known_hosts=tmp_path / "kh", need_sudo=False),
+        deadline=1.0, workers=2)
+    assert [r.status for r in results] == ["ok"] * 40
+
+
+def test_a_hung_probe_is_given_up_on_and_the_others_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from provisioner import preflight as pf
+    from provisioner.inventory import Target
+
+    release = threading.Event()
+
+    def probe(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.ProbeResult:
+        if t.name == "hung":
+            release.wait()
+        return pf.ProbeResult(host=t.name, address=t.address, port=t.port, status="ok")
+
+    monkeypatch.setattr(pf, "probe", probe)
+    targets = [Target(name=n, address="127.0.0.1", port=22) for n in ("hung", "a", "b", "c")]
+    try:
+        results = pf.run_preflight(
+            targets, pf.ProbeOptions(known_hosts=tmp_path / "kh", need_sudo=False),
+            deadline=0.5, workers=1)
+    finally:
+        release.set()
+    assert [(r.host, r.status, r.stage) for r in results] == [
+        ("hung", "unreachable", "timeout"), ("a", "ok", ""), ("b", "ok", ""), ("c", "ok", "")]
