@@ -393,6 +393,9 @@ def _add_known_keys(client: Any, kh: knownhosts.KnownHosts, name: str) -> None: 
             keys.add(name, e.key_type, key)
 
 
+PROBE_OUTPUT_LIMIT = 1024 * 1024  # bytes of probe output read at most (was: without bound)
+
+
 def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeResult) -> None:  # noqa: ANN401
     import paramiko  # noqa: PLC0415
 
@@ -400,7 +403,16 @@ def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeRes
         _, stdout, _ = client.exec_command(
             "sh -c " + shlex.quote(_PROBE_SCRIPT), timeout=opts.command_timeout
         )
-        text = stdout.read().decode("utf-8", "replace")
+        out = bytearray()
+        while chunk := stdout.read(65536):
+            out += chunk
+            if len(out) > PROBE_OUTPUT_LIMIT:
+                _fail(result, "failed", "exec",
+                      f"the probe on {target.address}:{target.port} printed over "
+                      f"{PROBE_OUTPUT_LIMIT} bytes (its output is a few KB): stopped reading; "
+                      "is the login shell printing without end (a profile script)?")
+                return
+        text = out.decode("utf-8", "replace")
     except (paramiko.SSHException, OSError) as exc:
         where = f"{target.address}:{target.port}"
         _fail(result, "unreachable", "exec", f"running the probe on {where} failed: {exc}")

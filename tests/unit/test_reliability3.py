@@ -4,6 +4,10 @@ here). Every test here failed on the code before its fix."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +15,20 @@ import pytest
 from click.testing import CliRunner
 from probe_fakes import FakeHost, judge
 from probe_fakes import stack as probe_stack
+from sshd_fake import FakeSSHD
+from test_wait import keys, known, nothing, run_wait, sbin, servers
 
-from provisioner import session, stack
+from provisioner import knownhosts, session, stack
+from provisioner import preflight as pf
+from provisioner import wait as wt
 from provisioner.cli import cli
 from provisioner.exitcodes import ExitCode, StackError, UsageProblem
+from provisioner.inventory import Target
 from provisioner.model import Report
 from provisioner.state import StateDir
 
 H = "--hash=sha256:" + "a" * 64
+__all__ = ["keys", "sbin", "servers"]  # fixtures shared with test_wait
 
 
 def run_cli(*args: str) -> Any:
@@ -215,12 +225,6 @@ def test_preflight_over_5000_unreachable_hosts_one_result_each_bounded_threads(
 ) -> None:
     """Was: one thread per host ("can't start new thread" at 5,000, exit 1, no result). Real
     probes, each refused at once: a loopback port bound by this test and never listening."""
-    import socket
-    import threading
-
-    from provisioner import preflight as pf
-    from provisioner.inventory import Target
-
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]
@@ -250,12 +254,6 @@ def test_preflight_deadline_is_per_host_not_for_the_whole_fleet(
 ) -> None:
     """Was: one deadline for all: healthy hosts queued behind others reported unreachable.
     40 hosts answering in 0.1 s each through 2 workers take 2 s in all, each well within its 1 s."""
-    import threading
-    import time
-
-    from provisioner import preflight as pf
-    from provisioner.inventory import Target
-
     def slow(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.ProbeResult:
         time.sleep(0.1)
         return pf.ProbeResult(host=t.name, address=t.address, port=t.port, status="ok")
@@ -271,11 +269,6 @@ def test_preflight_deadline_is_per_host_not_for_the_whole_fleet(
 def test_a_hung_probe_is_given_up_on_and_the_others_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import threading
-
-    from provisioner import preflight as pf
-    from provisioner.inventory import Target
-
     release = threading.Event()
 
     def probe(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.ProbeResult:
@@ -293,3 +286,67 @@ def test_a_hung_probe_is_given_up_on_and_the_others_go_on(
         release.set()
     assert [(r.host, r.status, r.stage) for r in results] == [
         ("hung", "unreachable", "timeout"), ("a", "ok", ""), ("b", "ok", ""), ("c", "ok", "")]
+
+
+# ---------------------------------------------------------------- medium: bounded reads
+
+
+def _exe(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)
+
+
+def test_endless_probe_output_is_cut_at_the_bound(
+    keys: dict[str, Any], tmp_path: Path
+) -> None:
+    """Was: the probe's output read without bound (one host took the controller to 2.4 GB)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    size = 3 * pf.PROBE_OUTPUT_LIMIT
+    _exe(bin_dir / "sh", f"#!/bin/sh\nexec /usr/bin/head -c {size} /dev/zero\n")
+    srv = FakeSSHD(keys["host"], keys["client"], env={"PATH": str(bin_dir)})
+    try:
+        t = Target(name="chatty", address="127.0.0.1", port=srv.port, user="tester",
+                   key_file=keys["client_file"])
+        (r,) = pf.run_preflight([t], pf.ProbeOptions(
+            known_hosts=known(tmp_path, keys, srv.port), need_sudo=False, connect_timeout=5.0))
+    finally:
+        srv.close()
+    assert (r.status, r.stage) == ("failed", "exec"), r
+    assert f"printed over {pf.PROBE_OUTPUT_LIMIT} bytes" in r.message
+
+
+def test_a_huge_cloud_init_status_line_is_cut_to_its_tail(
+    servers: Any, keys: dict[str, Any], tmp_path: Path, sbin: Path
+) -> None:
+    """Was: a 5-10 MB one-line message kept whole and decoded again for every 4 KB read."""
+    _exe(sbin / "cloud-init",
+         "#!/bin/sh\n/usr/bin/head -c 6000000 /dev/zero | /usr/bin/tr '\\0' x\n"
+         "echo; echo 'status: done'\n")
+    srv = servers.start()
+    r, lines = run_wait(srv.port, keys, known(tmp_path, keys, srv.port), 120, nothing)
+    assert (r.status, r.cloud_init) == ("ok", "done"), (r, lines[-3:])
+    cut = [ln for ln in lines if "printed over" in ln]
+    assert len(cut) == 1 and f"only the last {wt.CLOUD_INIT_OUTPUT_LIMIT} kept" in cut[0]
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "dir", "huge"])
+def test_known_hosts_that_is_not_a_file_or_too_big_is_a_named_error(
+    tmp_path: Path, kind: str
+) -> None:
+    """Was: --known-hosts /dev/zero read without end, a FIFO hung."""
+    if kind == "/dev/zero":
+        path = Path("/dev/zero")
+    elif kind == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    elif kind == "dir":
+        path = tmp_path
+    else:
+        path = tmp_path / "kh"
+        with path.open("wb") as fh:
+            fh.truncate(knownhosts.MAX_BYTES + 1)
+    kh = knownhosts.load(path)
+    assert kh.error is not None and str(path) in kh.error
+    assert ("not a regular file" if kind != "huge" else "over") in kh.error
+    assert knownhosts.load(Path(os.devnull)).error is None
