@@ -350,3 +350,87 @@ def test_known_hosts_that_is_not_a_file_or_too_big_is_a_named_error(
     assert kh.error is not None and str(path) in kh.error
     assert ("not a regular file" if kind != "huge" else "over") in kh.error
     assert knownhosts.load(Path(os.devnull)).error is None
+
+
+# ---------------------------------------------------------------- medium: signals, orphans
+
+
+def test_the_secrets_file_is_gone_once_ansible_playbook_has_read_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the unmasked -e values stayed on disk until the run ended (and after a SIGKILL)."""
+    from test_runner import req  # noqa: PLC0415
+
+    from provisioner import runner  # noqa: PLC0415
+
+    written: list[Path] = []
+    real = runner.write_extravars
+
+    def record(pdd: Path, extravars: Any) -> Path:
+        written.append(real(pdd, extravars))
+        return written[-1]
+
+    monkeypatch.setattr(runner, "write_extravars", record)
+    seen: list[bool] = []
+    r = runner.run_playbook(
+        req(tmp_path, limit="h-ok", extravars={"demo_change": False, "vault_password": "x1"},
+            become=None),
+        lambda _event: seen.append(written[0].exists()),
+    )
+    assert r.status == "successful"
+    assert len(seen) > 3 and not any(seen)
+
+
+def test_int_term_and_hup_all_cancel_the_run() -> None:
+    """Was: SIGHUP killed provision (exit 129, no report) and left ansible-playbook running."""
+    import signal  # noqa: PLC0415
+
+    from provisioner import runner  # noqa: PLC0415
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        saved = runner._signal_handlers()
+        assert sig in saved
+        cancelled = runner._cancel_on_signals(saved)
+        try:
+            assert not cancelled()
+            os.kill(os.getpid(), sig)
+            assert cancelled()
+        finally:
+            runner._restore_signal_handlers(saved)
+
+
+ORPHAN = """
+import os, subprocess, sys, time
+from provisioner import runner
+assert runner.become_subreaper()
+# a child that starts a worker in a session of its own (as ansible-core's workers call setsid),
+# then dies: the worker is orphaned, and comes back to us
+child = subprocess.run([sys.executable, "-c", '''
+import os, time
+if os.fork() == 0:
+    os.setsid(); time.sleep(600)
+else:
+    time.sleep(0.1)
+'''], check=True)
+kids = runner.descendants(os.getpid())
+assert len(kids) == 1, kids
+stopped = runner.stop_process_tree(os.getpid())
+assert stopped == kids, (stopped, kids)
+try:
+    os.kill(kids[0], 0)
+    print("alive")
+except ProcessLookupError:
+    print("gone")
+"""
+
+
+def test_a_cancelled_runs_orphaned_workers_are_stopped() -> None:
+    """Was: after Ctrl-C, the worker of the running task (setsid) went on, on a host whose lock
+    was released. The CLI is a child subreaper; the run's leftover processes are stopped."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    out = subprocess.run([sys.executable, "-c", ORPHAN], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "gone"
