@@ -434,3 +434,53 @@ def test_a_cancelled_runs_orphaned_workers_are_stopped() -> None:
                          timeout=60, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "gone"
+
+
+# ---------------------------------------------------------------- low: inputs
+
+
+@pytest.mark.parametrize("value", [1.0, 1, "True", "on"])
+def test_reboot_local_read_as_ansible_reads_booleans(tmp_path: Path, value: object) -> None:
+    """Was: `nvidia_driver_reboot_local: 1.0` bypassed the --local guard (the role's `| bool`
+    reads it as true)."""
+    from ansible.plugins.filter.core import to_bool  # noqa: PLC0415
+    from test_local import FakeSystem, local_settings  # noqa: PLC0415
+
+    from provisioner import local  # noqa: PLC0415
+
+    assert to_bool(value)  # as the role reads it
+    with pytest.raises(UsageProblem, match="would reboot in the middle"):
+        local.check(local_settings(tmp_path), {"nvidia_driver_reboot_local": value},
+                    FakeSystem(tmp_path))
+
+
+@pytest.mark.parametrize("user", ["-oProxyCommand=x", "a b", "x\n", "a;b", "", "@h"])
+def test_user_is_checked_like_the_user_part_of_host(user: str) -> None:
+    from provisioner import inventory  # noqa: PLC0415
+
+    with pytest.raises(UsageProblem, match="--user"):
+        inventory.targets_from_hosts(["h1"], user=user)
+
+
+def _inventory(tmp_path: Path, hostvars: str) -> Path:
+    f = tmp_path / "inv.yml"
+    f.write_text(f"all:\n  hosts:\n    g1:\n{hostvars}", encoding="utf-8")
+    return f
+
+
+def test_inventory_port_0_is_refused_not_22(tmp_path: Path) -> None:
+    from provisioner import inventory  # noqa: PLC0415
+
+    with pytest.raises(UsageProblem, match="ansible_port '0' is not a port number"):
+        inventory.targets_from_inventory(_inventory(tmp_path, "      ansible_port: 0\n"))
+
+
+def test_a_huge_ansible_host_is_a_short_named_error(tmp_path: Path) -> None:
+    """Was: a 5 MB ansible_host gave an idna traceback-like message."""
+    from provisioner import inventory  # noqa: PLC0415
+
+    f = _inventory(tmp_path, f"      ansible_host: {'a' * 5_000_000}\n")
+    with pytest.raises(UsageProblem) as info:
+        inventory.targets_from_inventory(f)
+    msg = info.value.message
+    assert "is not a host name or address" in msg and len(msg) < 400
