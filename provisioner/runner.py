@@ -269,6 +269,9 @@ def stop_process_tree(
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
         time.sleep(0.05)
+    for pid in stopped:  # those re-parented to us: reaped, not left as zombies
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
     return stopped
 
 
