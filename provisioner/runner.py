@@ -269,9 +269,12 @@ def stop_process_tree(
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
         time.sleep(0.05)
-    for pid in stopped:  # those re-parented to us: reaped, not left as zombies
+    for pid in stopped:  # those re-parented to us: reaped, not left as zombies (1 s at most)
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+            for _ in range(100):
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+                time.sleep(0.01)
     return stopped
 
 
