@@ -484,3 +484,63 @@ def test_a_huge_ansible_host_is_a_short_named_error(tmp_path: Path) -> None:
         inventory.targets_from_inventory(f)
     msg = info.value.message
     assert "is not a host name or address" in msg and len(msg) < 400
+
+
+# ---------------------------------------------------------------- low: the report directory
+
+
+def test_the_three_report_files_are_written_as_one_set(tmp_path: Path) -> None:
+    """Was: a failure part way left report.json new and the other two old (or missing)."""
+    from provisioner import reports  # noqa: PLC0415
+
+    old = Report.from_dict({"run_id": "old", "command": "check", "hosts": {}})
+    reports.write_all(old, tmp_path)
+    before = {n: (tmp_path / n).read_text() for n in reports.REPORT_FILES}
+    (tmp_path / reports.PROM_FILE).unlink()
+    (tmp_path / reports.PROM_FILE).mkdir()
+    new = Report.from_dict({"run_id": "new", "command": "check", "hosts": {}})
+    with pytest.raises(OSError, match="is a directory"):
+        reports.write_all(new, tmp_path)
+    for n in (reports.REPORT_JSON, reports.JUNIT_XML):
+        assert (tmp_path / n).read_text() == before[n]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_report_dir_that_fails_after_the_run_keeps_the_runs_exit(
+    tmp_path: Path, demo_content: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Was: the run's exit replaced by 2. Checked before the run; a failure after it (a full
+    disk) is an error line, and the run's own exit code stands."""
+    from test_session import Replay, probes  # noqa: PLC0415
+
+    def full(*_a: object) -> list[Path]:
+        raise OSError(28, "No space left on device")
+
+    plain = session.Settings(command="run", hosts=("h-ok",))
+    want = session.execute(plain, state=StateDir(tmp_path / "st0"), run_fn=Replay("run"),
+                           preflight_fn=probes({}))
+    monkeypatch.setattr(session, "write_all", full)
+    s = session.Settings(command="run", hosts=("h-ok",), report_dir=tmp_path / "rep")
+    rc = session.execute(s, state=StateDir(tmp_path / "st"), run_fn=Replay("run"),
+                         preflight_fn=probes({}))
+    assert rc == want != 2
+    assert "--report-dir" in capsys.readouterr().err
+
+
+def test_a_report_file_that_is_a_directory_is_refused_before_the_run(
+    tmp_path: Path, demo_content: Path
+) -> None:
+    from test_session import Replay, probes  # noqa: PLC0415
+
+    (tmp_path / "rep" / "junit.xml").mkdir(parents=True)
+    s = session.Settings(command="run", hosts=("h-ok",), report_dir=tmp_path / "rep")
+    ran: list[object] = []
+
+    def run(*a: object) -> object:
+        ran.append(a)
+        return Replay("run")(*a)
+
+    with pytest.raises(UsageProblem, match="is a directory"):
+        session.execute(s, state=StateDir(tmp_path / "st"), run_fn=run, preflight_fn=probes({}))
+    assert not ran
