@@ -363,6 +363,12 @@ def _ssh_connect(
             _fail(result, "unreachable", "connect",
                   f"SSH to {where} failed: no SSH banner from the server ({exc}); is sshd hung, or "
                   "is this port not SSH?")
+        elif not kex_done and transport is not None and not transport.is_active():
+            # banner received, then the server broke the protocol or hung up: not a timeout
+            _fail(result, "unreachable", "connect",
+                  f"SSH handshake with {where} failed after the server's banner ({banner}): "
+                  f"{exc or 'the connection was closed'}; is this an SSH server, and a healthy "
+                  "one?")
         elif not kex_done:
             # banner received, then the key exchange stalled: the handshake timed out
             _fail(result, "unreachable", "connect",

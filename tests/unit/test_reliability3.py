@@ -544,3 +544,32 @@ def test_a_report_file_that_is_a_directory_is_refused_before_the_run(
     with pytest.raises(UsageProblem, match="is a directory"):
         session.execute(s, state=StateDir(tmp_path / "st"), run_fn=run, preflight_fn=probes({}))
     assert not ran
+
+
+# ---------------------------------------------------------------- low: a protocol error
+
+
+def test_a_protocol_error_after_the_banner_is_not_called_a_timeout(tmp_path: Path) -> None:
+    """Was: `SSH handshake ... timed out` for a server that sent garbage after its banner."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 broken\r\n" + b"\x00\x00\x00\x0c\x0a" + b"\xff" * 64)
+        conn.recv(65536)
+        conn.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    t = Target(name="broken", address="127.0.0.1", port=srv.getsockname()[1], user="tester")
+    try:
+        r = pf.probe(t, pf.ProbeOptions(known_hosts=tmp_path / "kh", need_sudo=False,
+                                        connect_timeout=30.0, accept_new=True),
+                     threading.Lock())
+    finally:
+        srv.close()
+    assert (r.status, r.stage) == ("unreachable", "connect"), r.message
+    assert "failed after the server's banner (SSH-2.0-OpenSSH_9.2p1 broken)" in r.message
+    assert "timed out" not in r.message
