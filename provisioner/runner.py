@@ -180,6 +180,11 @@ def keep_extravars(
     return tuple(new if c == old else c for c in command)
 
 
+# events from the playbook's start on (verbose, warning and deprecation events come before it,
+# while ansible-playbook still reads the -e file and parses the inventory)
+STARTED_EVENTS = ("playbook_on_", "runner_on_", "runner_item_", "runner_retry")
+
+
 def scrubber_for(req: RunRequest) -> Scrubber:
     values = secret_values(dict(req.extravars)) | set(req.secrets)
     if req.become_password:
@@ -304,9 +309,9 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
     secrets_file: list[Path] = []
 
     def handle(event: dict[str, Any]) -> bool:
-        if secrets_file:
-            # ansible-playbook read -e @file before its first event: the unmasked values go
-            # now, not at the end (a SIGKILL or a crash would leave them on disk)
+        if secrets_file and str(event.get("event", "")).startswith(STARTED_EVENTS):
+            # ansible-playbook has read -e @file (its inventory parsing too) before the playbook
+            # starts: the unmasked values go now, not at the end (a SIGKILL would leave them)
             with contextlib.suppress(OSError):
                 secrets_file.pop().unlink()
         scrub.data(event)  # in place: ansible-runner writes this dict to job_events/ afterwards
