@@ -127,7 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: maps exceptions to the documented exit codes."""
     import signal  # noqa: PLC0415
 
+    from provisioner.runner import become_subreaper  # noqa: PLC0415
+
+    # SIGTERM (systemd stop) and SIGHUP (a dropped SSH session to the controller) end like Ctrl-C
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    become_subreaper()  # a cancelled run's orphaned workers come back to us to be stopped
     try:
         rv = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.ClickException as exc:

@@ -45,6 +45,21 @@ CONNECTION_VARS = {
     "ansible_sudo*": "--become/--no-become, or the inventory",
     "ansible_ssh_*": "the inventory (ansible_ssh_common_args), where the preflight reads it",
     "ansible_paramiko_*": "the inventory, where the preflight reads it",
+    # the rest of the family that changes how Ansible connects or verifies the host (the vars:
+    # entries of ansible-core's connection and become plugins: ansible/ansible
+    # lib/ansible/plugins/connection/ssh.py, paramiko_ssh.py, local.py, become/su.py, runas.py)
+    "ansible_host_key_checking": "nothing: host keys are always checked against --known-hosts",
+    "ansible_scp_*": "the inventory (ansible_ssh_common_args), where the preflight reads it",
+    "ansible_sftp_*": "the inventory (ansible_ssh_common_args), where the preflight reads it",
+    "ansible_sshpass_*": "SSH keys (--key or the ssh agent)",
+    "ansible_private_key*": "--key",
+    "ansible_password*": "SSH keys (--key or the ssh agent)",
+    "ansible_control_path*": "the inventory, where the preflight reads it",
+    "ansible_pipelining": "the inventory or ansible.cfg",
+    "ansible_timeout": "the inventory or ansible.cfg",
+    "ansible_su_*": "--become/--no-become, or the inventory",
+    "ansible_runas_*": "--become/--no-become, or the inventory",
+    "ansible_local_*": "--connection, or the inventory",
 }
 
 
@@ -181,6 +196,7 @@ def build_extravars(
     refuse_connection_vars(given)
     policy = stk.policy_vars() if any(k.startswith(STACK_PREFIX) for k in given) else frozenset()
     folded = {k: v for k, v in given.items() if k.startswith(STACK_PREFIX) and k not in policy}
+    stk.check_policy(given)
     stack = stk.fold_overrides(stack, folded)
     rest = {k: v for k, v in given.items() if k not in folded}
     extravars = stack.to_extravars(allow_reboot=not s.no_reboot)

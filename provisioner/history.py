@@ -48,7 +48,7 @@ def format_diff(diffs: list[HostDiff], *, only_changed: bool = True) -> list[str
     for d in diffs:
         if only_changed and d.empty:
             continue
-        before, after = d.status
+        before, after = (s or "absent" for s in d.status)  # a host in one run only
         head = f"{d.host}: {before} -> {after}" if before != after else f"{d.host}: {after}"
         lines.append(head)
         lines.extend(f"  new problem: {x}" for x in d.new_problems)

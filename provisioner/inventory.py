@@ -16,8 +16,9 @@ from typing import Any
 from provisioner.exitcodes import UsageProblem
 
 GROUP = "gpu_servers"
+_USER = r"[A-Za-z0-9_.][A-Za-z0-9_.-]*"
 _HOST_RE = re.compile(
-    r"^(?:(?P<user>[A-Za-z0-9_.][A-Za-z0-9_.-]*)@)?"
+    rf"^(?:(?P<user>{_USER})@)?"
     r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+))"
     r"(?::(?P<port>\d{1,5}))?$"
 )
@@ -41,6 +42,15 @@ class Target:
     secrets: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
 
+def check_user(user: str | None) -> None:
+    """--user as the user part of --host is checked (was: anything, `-oProxyCommand=...` too)."""
+    if user is not None and (len(user) > 64 or not re.fullmatch(_USER, user)):
+        raise UsageProblem(
+            f"--user {user[:60]!r}: not a user name (letters, digits, '_', '.', '-'; not "
+            "starting with '-')"
+        )
+
+
 def parse_host(value: str, *, port: int | None = None, user: str | None = None) -> Target:
     """`[user@]host[:port]` (IPv6 in brackets). Explicit --port/--user apply unless given inline."""
     m = _HOST_RE.match(value.strip())
@@ -61,6 +71,7 @@ def targets_from_hosts(
     key_file: str | None = None,
     connection: str = "ssh",
 ) -> list[Target]:
+    check_user(user)
     parsed = [parse_host(value, port=port, user=user) for value in hosts]
     if not parsed:
         raise UsageProblem("no hosts: give --host HOST (repeatable) or -i INVENTORY")
@@ -272,6 +283,7 @@ def targets_from_inventory(
 
     from provisioner.redact import secret_values  # noqa: PLC0415
 
+    check_user(user)
     loader = DataLoader()
     inv = InventoryManager(loader=loader, sources=[str(path)])
     if limit:
@@ -293,14 +305,22 @@ def targets_from_inventory(
         common = " ".join(
             str(cv.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
         )
-        raw_port = cv.get("ansible_port") or cv.get("ansible_ssh_port")
-        port_key = "ansible_port" if cv.get("ansible_port") else "ansible_ssh_port"
+        # `is not None`, not truthiness: ansible_port 0 is refused (was: probed 22 silently)
+        port_key = "ansible_port" if cv.get("ansible_port") is not None else "ansible_ssh_port"
+        raw_port = cv.get(port_key)
         # Explicit command-line options win over inventory values (as -u / --private-key would).
+        address = str(cv.get("ansible_host") or cv.get("ansible_ssh_host") or name)
+        if len(address) > MAX_ADDRESS or not address.isprintable() or " " in address:
+            raise UsageProblem(
+                f"inventory {path}: host {_cut(name)}: ansible_host {_cut(address)!r} is not a "
+                f"host name or address (at most {MAX_ADDRESS} characters, no spaces)"
+            )
         out.append(
             Target(
                 name=name,
-                address=str(cv.get("ansible_host") or cv.get("ansible_ssh_host") or name),
-                port=port or (_port(raw_port, name, port_key, path) if raw_port else 22),
+                address=address,
+                port=port or (_port(raw_port, name, port_key, path)
+                              if raw_port not in (None, "") else 22),
                 user=user or _opt_str(cv.get("ansible_user") or cv.get("ansible_ssh_user")),
                 key_file=key_file or _opt_str(cv.get("ansible_ssh_private_key_file")),
                 connection=conn,
@@ -318,6 +338,13 @@ def targets_from_inventory(
         where = f" matching --limit {limit!r}" if limit else ""
         raise UsageProblem(f"inventory {path} has no hosts{where}")
     return out
+
+
+MAX_ADDRESS = 253  # the longest DNS name (RFC 1035); an IPv6 address is shorter
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
 def _opt_str(value: object) -> str | None:

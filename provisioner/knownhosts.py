@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,10 +140,32 @@ def parse_line(line: str, line_no: int) -> Entry | str | None:
     return Entry(line_no, marker, hosts, key_type, key_b64)
 
 
+MAX_BYTES = 16 * 1024 * 1024  # a known_hosts file of ~100,000 hosts
+
+
+def _read_bounded(path: Path) -> str:
+    """The file's text: a regular file (or /dev/null) of at most MAX_BYTES. OSError otherwise,
+    and never a hang: opened non-blocking (a FIFO), never read past the bound (/dev/zero)."""
+    if str(path) == os.devnull:
+        return ""  # UserKnownHostsFile=/dev/null: no known hosts
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file (a directory, a device, a FIFO or a socket)")
+        data = bytearray()
+        while len(data) <= MAX_BYTES and (chunk := os.read(fd, 1024 * 1024)):
+            data += chunk
+        if len(data) > MAX_BYTES:
+            raise OSError(0, f"over {MAX_BYTES} bytes; is this a known_hosts file?")
+        return data.decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
 def load(path: Path) -> KnownHosts:
     kh = KnownHosts(path)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = _read_bounded(path)
     except (FileNotFoundError, NotADirectoryError):
         return kh  # no known hosts yet
     except OSError as exc:

@@ -92,6 +92,14 @@ def local_target(system: System) -> Target:
     return Target(name=name, address="localhost", connection="local")
 
 
+def _ansible_bool(value: object) -> bool:
+    """The value as the role's `| bool` reads it: Ansible's own filter (was: a list of strings
+    that let `1.0` through)."""
+    from ansible.plugins.filter.core import to_bool  # noqa: PLC0415 - lazy, heavy
+
+    return bool(to_bool(value))
+
+
 def check(s: Settings, given_vars: dict[str, Any], system: System) -> None:
     """Before anything runs: root, and no variable that would reboot in the middle of the play."""
     if system.euid() != 0:
@@ -99,8 +107,7 @@ def check(s: Settings, given_vars: dict[str, Any], system: System) -> None:
             "--local runs as root (it installs packages, writes the resume unit and reboots): "
             "run it with sudo, or from cloud-init user-data (runcmd runs as root)"
         )
-    value = str(given_vars.get("nvidia_driver_reboot_local", "")).lower()
-    if value in ("true", "yes", "1", "on"):
+    if _ansible_bool(given_vars.get("nvidia_driver_reboot_local", False)):
         raise UsageProblem(
             "--local with -e nvidia_driver_reboot_local=true would reboot in the middle of the "
             "play; provision --local reboots after the run and resumes after boot instead"

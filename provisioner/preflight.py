@@ -420,6 +420,12 @@ def _ssh_connect(
             _fail(result, "unreachable", "connect",
                   f"SSH to {where} failed: no SSH banner from the server ({exc}); is sshd hung, or "
                   "is this port not SSH?")
+        elif not kex_done and transport is not None and not transport.is_active():
+            # banner received, then the server broke the protocol or hung up: not a timeout
+            _fail(result, "unreachable", "connect",
+                  f"SSH handshake with {where} failed after the server's banner ({banner}): "
+                  f"{exc or 'the connection was closed'}; is this an SSH server, and a healthy "
+                  "one?")
         elif not kex_done:
             # banner received, then the key exchange stalled: the handshake timed out
             _fail(result, "unreachable", "connect",
@@ -450,6 +456,9 @@ def _add_known_keys(client: Any, kh: knownhosts.KnownHosts, name: str) -> None: 
             keys.add(name, e.key_type, key)
 
 
+PROBE_OUTPUT_LIMIT = 1024 * 1024  # bytes of probe output read at most (was: without bound)
+
+
 def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeResult) -> None:  # noqa: ANN401
     import paramiko  # noqa: PLC0415
 
@@ -457,7 +466,16 @@ def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeRes
         _, stdout, _ = client.exec_command(
             "sh -c " + shlex.quote(_PROBE_SCRIPT), timeout=opts.command_timeout
         )
-        text = stdout.read().decode("utf-8", "replace")
+        out = bytearray()
+        while chunk := stdout.read(65536):
+            out += chunk
+            if len(out) > PROBE_OUTPUT_LIMIT:
+                _fail(result, "failed", "exec",
+                      f"the probe on {target.address}:{target.port} printed over "
+                      f"{PROBE_OUTPUT_LIMIT} bytes (its output is a few KB): stopped reading; "
+                      "is the login shell printing without end (a profile script)?")
+                return
+        text = out.decode("utf-8", "replace")
     except (paramiko.SSHException, OSError) as exc:
         where = f"{target.address}:{target.port}"
         _fail(result, "unreachable", "exec", f"running the probe on {where} failed: {exc}")
@@ -559,35 +577,65 @@ def quiet_paramiko() -> None:
     log.propagate = False
 
 
-def run_preflight(
-    targets: list[Target], opts: ProbeOptions, *, deadline: float | None = None
-) -> list[ProbeResult]:
-    """Probe all targets in parallel threads. Stragglers past the deadline count as unreachable.
+WORKERS = 32  # probes at a time; each also holds a paramiko transport thread
 
-    Daemon threads, not an executor: an executor's threads are joined at interpreter exit, so Ctrl-C
-    or SIGTERM would wait for the slowest connect timeout before the process could end."""
+
+def run_preflight(
+    targets: list[Target], opts: ProbeOptions, *, deadline: float | None = None,
+    workers: int = WORKERS,
+) -> list[ProbeResult]:
+    """Probe all targets with a bounded pool of worker threads; one result per target.
+
+    Each host has its own deadline, counted from when its probe starts (was: one global deadline
+    for all, which reported healthy hosts queued behind slow ones as unreachable). A probe past
+    its deadline counts as unreachable and a replacement worker takes its place, up to twice the
+    pool: threads stay bounded however many hosts (was: one thread per host, and "can't start new
+    thread" at 5,000). Daemon threads, not an executor: an executor's threads are joined at
+    interpreter exit, so Ctrl-C or SIGTERM would wait for the slowest connect timeout."""
     quiet_paramiko()
     lock = threading.Lock()
     limit = deadline or (opts.connect_timeout * 3 + opts.command_timeout + 5)
     done: list[ProbeResult | BaseException | None] = [None] * len(targets)
-    sem = threading.Semaphore(32)
+    started: dict[int, float] = {}  # in flight: index -> monotonic start
+    pending = list(range(len(targets)))[::-1]
+    cond = threading.Condition()
+    pool = max(1, min(workers, len(targets)))
+    live = [0]
 
-    def work(i: int, t: Target) -> None:
-        with sem:
+    def work() -> None:
+        while True:
+            with cond:
+                if not pending:
+                    live[0] -= 1
+                    cond.notify_all()
+                    return
+                i = pending.pop()
+                started[i] = time.monotonic()
+                cond.notify_all()  # its deadline starts now
             try:
-                done[i] = probe(t, opts, lock)
+                got: ProbeResult | BaseException = probe(targets[i], opts, lock)
             except BaseException as exc:  # reported per host below
-                done[i] = exc
+                got = exc
+            with cond:
+                if started.pop(i, None) is not None:  # not given up on meanwhile
+                    done[i] = got
+                cond.notify_all()
 
-    threads = [
-        threading.Thread(target=work, args=(i, t), name=f"probe-{t.name}", daemon=True)
-        for i, t in enumerate(targets)
-    ]
-    for th in threads:
-        th.start()
-    end = time.monotonic() + limit
-    for th in threads:
-        th.join(timeout=max(0.0, end - time.monotonic()))
+    def spawn() -> None:
+        live[0] += 1
+        threading.Thread(target=work, name=f"probe-{live[0]}", daemon=True).start()
+
+    with cond:
+        for _ in range(pool):
+            spawn()
+        while pending or started:
+            now = time.monotonic()
+            for i in [i for i, t0 in started.items() if now - t0 > limit]:
+                del started[i]  # past its own deadline: unreachable (done[i] stays None)
+                if live[0] < 2 * pool:
+                    spawn()  # the stuck worker rejoins the pool when its probe returns
+            waits = [t0 + limit - now for t0 in started.values()]
+            cond.wait(timeout=max(0.05, min(waits, default=1.0)))
     results: list[ProbeResult] = []
     for t, got in zip(targets, done, strict=True):
         if isinstance(got, ProbeResult):

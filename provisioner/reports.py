@@ -206,11 +206,33 @@ def prom_text(report: Report) -> str:
     return "\n".join(out) + "\n"
 
 
+REPORT_FILES = (REPORT_JSON, JUNIT_XML, PROM_FILE)
+
+
 def write_all(report: Report, directory: Path) -> list[Path]:
-    """report.json, junit.xml and provision.prom into `directory`, each atomically."""
+    """report.json, junit.xml and provision.prom into `directory` as one set: all three are
+    rendered and written to temporary files first, then renamed into place; a failure leaves
+    the previous set whole (was: a partial set, one file new and the others old)."""
+    import os  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
     directory.mkdir(parents=True, exist_ok=True)
-    paths = [directory / REPORT_JSON, directory / JUNIT_XML, directory / PROM_FILE]
-    write_json(report, paths[0])
-    atomic_write_text(paths[1], junit_xml(report))
-    atomic_write_text(paths[2], prom_text(report))
+    texts = [report_json(report), junit_xml(report), prom_text(report)]
+    paths = [directory / name for name in REPORT_FILES]
+    for path in paths:
+        if path.is_dir():  # the one thing that makes a rename fail once the files are written
+            raise IsADirectoryError(f"{path} is a directory")
+    temps: list[Path] = []
+    try:
+        for path, text in zip(paths, texts, strict=True):
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+            temps.append(Path(name))
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            temps[-1].chmod(0o644)
+        for temp, path in zip(temps, paths, strict=True):
+            temp.replace(path)
+    finally:
+        for temp in temps:
+            temp.unlink(missing_ok=True)
     return paths

@@ -177,6 +177,11 @@ def keep_extravars(
     return tuple(new if c == old else c for c in command)
 
 
+# events from the playbook's start on (verbose, warning and deprecation events come before it,
+# while ansible-playbook still reads the -e file and parses the inventory)
+STARTED_EVENTS = ("playbook_on_", "runner_on_", "runner_item_", "runner_retry")
+
+
 def scrubber_for(req: RunRequest) -> Scrubber:
     values = secret_values(dict(req.extravars)) | set(req.secrets)
     if req.become_password:
@@ -190,7 +195,89 @@ def _signal_handlers() -> dict[int, Any]:
 
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {int(sig): signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return {
+        int(sig): signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+
+
+def _cancel_on_signals(saved: dict[int, Any]) -> Any:  # noqa: ANN401 - a Callable[[], bool]
+    """INT, TERM and HUP (a dropped SSH session to the controller) cancel the run alike: the
+    callback ansible-runner polls (was: HUP killed provision and left ansible-playbook running)."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    stop = threading.Event()
+    for sig in saved:
+        signal.signal(sig, lambda _n, _f: stop.set())
+    return stop.is_set
+
+
+def become_subreaper() -> bool:
+    """Linux: orphaned descendants (ansible-core's workers call setsid; ssh ControlPersist
+    masters daemonize) are re-parented to provision, not to init, so a cancelled run can find
+    and stop them (prctl PR_SET_CHILD_SUBREAPER)."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int, *, spare: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """Live processes below `root` (from /proc), nearest first; not below those in `spare`."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields and fields[0] != "Z":
+            parent[int(d.name)] = int(fields[1])
+    out: list[int] = []
+    frontier = [root]
+    while frontier:
+        kids = [p for p, pp in parent.items() if pp in frontier and p not in out
+                and p not in spare]
+        out.extend(kids)
+        frontier = kids
+    return out
+
+
+def stop_process_tree(
+    root: int, *, spare: set[int] | frozenset[int] = frozenset(), tries: int = 200
+) -> list[int]:
+    """SIGKILL every process below `root` but `spare` (and theirs) and reap them, until none is
+    left (or `tries` rounds of 50 ms). Returns the pids stopped. Used after a cancelled run, before
+    its locks are released."""
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    stopped: list[int] = []
+    for _ in range(tries):
+        left = [p for p in descendants(root, spare=spare) if p not in spare]
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            if pid not in stopped:
+                stopped.append(pid)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        time.sleep(0.05)
+    for pid in stopped:  # those re-parented to us: reaped, not left as zombies (1 s at most)
+        with contextlib.suppress(ChildProcessError):
+            for _ in range(100):
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+                time.sleep(0.01)
+    return stopped
 
 
 def _restore_signal_handlers(saved: dict[int, Any]) -> None:
@@ -216,7 +303,14 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
 
     scrub = scrubber_for(req)
 
+    secrets_file: list[Path] = []
+
     def handle(event: dict[str, Any]) -> bool:
+        if secrets_file and str(event.get("event", "")).startswith(STARTED_EVENTS):
+            # ansible-playbook has read -e @file (its inventory parsing too) before the playbook
+            # starts: the unmasked values go now, not at the end (a SIGKILL would leave them)
+            with contextlib.suppress(OSError):
+                secrets_file.pop().unlink()
         scrub.data(event)  # in place: ansible-runner writes this dict to job_events/ afterwards
         on_event(event)
         return True  # keep it in job_events/
@@ -230,7 +324,7 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
         extravars["ansible_become"] = False
     cmdline = build_cmdline(req)
     with tempfile.TemporaryDirectory(prefix="provision-pdd-") as pdd:
-        write_extravars(Path(pdd), extravars)
+        secrets_file.append(write_extravars(Path(pdd), extravars))
         kwargs: dict[str, Any] = {
             "private_data_dir": pdd,
             "project_dir": str(req.project_dir),
@@ -255,12 +349,20 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
         # ansible-runner installs SIGINT/SIGTERM handlers that cancel the run (status "canceled",
         # exit 130) and never restores the previous ones: restore them, or a later Ctrl-C is lost
         saved = _signal_handlers()
+        kwargs["cancel_callback"] = _cancel_on_signals(saved)
+        spare = set(descendants(os.getpid()))  # processes of ours that are not the run's
+        canceled = True
         try:
             r = ansible_runner.interface.init_runner(**kwargs)
             r.config.env = {**filter_env(r.config.env), **build_env(req)}
             command = tuple(scrub.text(str(c)) for c in (getattr(r.config, "command", None) or ()))
             r.run()
+            canceled = str(r.status) == "canceled"
         finally:
+            if canceled:
+                # ansible-runner kills ansible-playbook's process group; workers in sessions of
+                # their own (setsid) outlive it: stop them before anyone releases the locks
+                stop_process_tree(os.getpid(), spare=spare)
             _restore_signal_handlers(saved)
             art = req.artifact_dir / req.ident
             scrub.tree(art)  # stdout, command: secrets masked

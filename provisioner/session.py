@@ -38,7 +38,7 @@ from provisioner.preflight import (
     run_preflight,
 )
 from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
-from provisioner.reports import iso, write_all
+from provisioner.reports import REPORT_FILES, iso, write_all
 from provisioner.settings import NO_TARGETS, Settings
 from provisioner.stack import Stack
 from provisioner.state import StateDir, default_state, new_run_id
@@ -384,7 +384,10 @@ def _publish(s: Settings, report: Report, state: StateDir) -> None:
         try:
             report.report_files = [str(p) for p in write_all(report, s.report_dir.expanduser())]
         except OSError as exc:
-            raise UsageProblem(f"--report-dir {s.report_dir}: {exc}") from exc
+            # checked before the run; failing now (a full disk) leaves the run's own exit code
+            # (was: replaced by 2) and no partial set
+            echo_err(f"error: --report-dir {s.report_dir}: {exc}; none of the report files was "
+                     f"written; the run's report is in {state.history}")
     stream = sys.stderr if s.as_json else sys.stdout
     for line in lines:
         click.echo(line, file=stream)
@@ -402,6 +405,9 @@ def _check_report_dir(s: Settings) -> None:
         d.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=d, prefix=".provision-write-test-"):
             pass
+        for name in REPORT_FILES:
+            if (d / name).is_dir():
+                raise IsADirectoryError(f"{d / name} is a directory")
     except OSError as exc:
         raise UsageProblem(f"--report-dir {s.report_dir}: not writable ({exc})") from exc
 

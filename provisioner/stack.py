@@ -27,6 +27,12 @@ DATA_LIMIT = 4 * yamlfile.MiB
 DISTRO_PREFIX = "distros: "
 _VERSION3 = r"^\d+\.\d+\.\d+$"
 _DISTRO_ARCH = r"^[a-z]+[0-9]+/(x86_64|sbsa|ppc64el|cross-linux-sbsa)$"
+# A URL as the stack takes it (matched whole, with re.fullmatch): http, https or file, then only
+# RFC 3986 characters: no whitespace, no control characters, nothing an apt sources line or a pip
+# command line would read as a second field or an option (`deb [trusted=yes] ...`). An IPv6
+# literal host in brackets is the one place a bracket may stand.
+_URL = r"(https?|file)://(?=.)(\[[0-9A-Fa-f:.]+\])?[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]*"
+_URL_HINT = "an http(s):// or file:// URL: no whitespace, control characters or options"
 
 
 @dataclass(frozen=True)
@@ -71,14 +77,14 @@ SCHEMA: dict[str, Any] = {
         # the matrix's pytorch table names the CUDA builds (cu<major><minor>); `cpu` is always known
         "build": _s(r"^[a-z0-9]+$", hint="a build label of the matrix's pytorch table, or cpu"),
         "venv": _s(r"^[A-Za-z0-9_.+/@-]+$", hint="an absolute path such as {default}"),
-        "torchvision": _s(r"^\d+\.\d+\.\d+", nullable=True),
-        "torchaudio": _s(r"^\d+\.\d+\.\d+", nullable=True),
+        "torchvision": _s(r"^\d+\.\d+\.\d+([.a-z0-9+]*)?$", nullable=True),
+        "torchaudio": _s(r"^\d+\.\d+\.\d+([.a-z0-9+]*)?$", nullable=True),
     },
     "mirrors": {
-        "nvidia_repo": _s(r"^(https?|file)://", hint="an http(s):// or file:// URL"),
+        "nvidia_repo": _s(_URL, hint=_URL_HINT),
         "nvidia_repo_carries": Field((list,)),
-        "pytorch_index": _s(r"^(https?|file)://", nullable=True),
-        "pytorch_find_links": _s(None, nullable=True),
+        "pytorch_index": _s(_URL, nullable=True, hint=_URL_HINT),
+        "pytorch_find_links": _s(_URL, nullable=True, hint=_URL_HINT),
         "pytorch_hashes": Field((list,)),
     },
     "validation": {
@@ -259,7 +265,8 @@ def _check_leaf(
         return value
     if spec.choices and value not in spec.choices:
         errors.append(f"{path}: {_show(value)} is not one of {', '.join(map(str, spec.choices))}")
-    if spec.pattern and isinstance(value, str) and not re.match(spec.pattern, value):
+    # fullmatch: `re.match(...$)` lets a trailing newline through
+    if spec.pattern and isinstance(value, str) and not re.fullmatch(spec.pattern, value):
         hint = f" (expected {spec.hint.format(default=default)})" if spec.hint else ""
         errors.append(f"{path}: {_show(value)} is not valid{hint}")
     return value
@@ -412,7 +419,7 @@ def _rule_distros(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, A
     cuda = str(data["cuda"]["version"])
     carries = {str(c) for c in data["mirrors"]["nvidia_repo_carries"]}
     for entry in data["mirrors"]["nvidia_repo_carries"]:
-        if not isinstance(entry, str) or not re.match(_DISTRO_ARCH, entry):
+        if not isinstance(entry, str) or not re.fullmatch(_DISTRO_ARCH, entry):
             errors.append(
                 f"mirrors.nvidia_repo_carries: {entry!r} is not <distro>/<arch> "
                 f"such as debian12/x86_64"
@@ -496,23 +503,29 @@ def _rule_hashes(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, An
     find-links mirror alone (a directory listing) carries none, so the stack must give them."""
     mirrors, pt = data["mirrors"], data["pytorch"]
     hashes = [str(h).strip() for h in mirrors.get("pytorch_hashes") or []]
-    if mirrors.get("pytorch_find_links") and not mirrors.get("pytorch_index") and not hashes:
+    # with an index too, pip still takes the mirror's wheel when the index is unreachable or the
+    # mirror's wheel carries a build tag: find-links always needs the hashes
+    if mirrors.get("pytorch_find_links") and not hashes:
         errors.append(
-            "mirrors.pytorch_find_links without mirrors.pytorch_index: a find-links mirror serves "
-            "no hashes pip can check; list every wheel's pin and sha256 in mirrors.pytorch_hashes "
+            "mirrors.pytorch_find_links without mirrors.pytorch_hashes: a find-links mirror serves "
+            "no hashes pip can check (and pip may take its wheels over the index's); list every "
+            "wheel's pin and sha256 in mirrors.pytorch_hashes "
             "(pip-compile --generate-hashes output: 'torch==X --hash=sha256:...')"
         )
         return
     names: dict[str, str] = {}
     for line in hashes:
-        m = HASHED_REQUIREMENT.match(line)
+        m = HASHED_REQUIREMENT.fullmatch(line)
         if not m:
             errors.append(
                 f"mirrors.pytorch_hashes: {_show(line)} is not 'name==version "
                 "--hash=sha256:<64 hex>' (one or more hashes)"
             )
             continue
-        names[m.group("name").lower().replace("_", "-")] = m.group("version")
+        name = m.group("name").lower().replace("_", "-")
+        if name in names:
+            errors.append(f"mirrors.pytorch_hashes: {name} is pinned twice")
+        names[name] = m.group("version")
     if not hashes or len(names) != len(hashes):
         return
     cpu = str(pt["build"]) == CPU_BUILD
@@ -607,6 +620,29 @@ def policy_vars() -> frozenset[str]:
     that are not stack leaves and not derived. Given with -e they reach the roles as they are."""
     names = rolevars.gpu_stack_variables()
     return frozenset(names - set(STACK_VARS) - set(DERIVED_VARS) - {"gpu_stack_desired"})
+
+
+_FINGERPRINT = r"[0-9A-Fa-f]{40}"
+
+
+def check_policy(values: Mapping[str, Any]) -> None:
+    """Site-policy variables given with -e whose shape Ansible cannot check (StackError, exit 2):
+    gpu_stack_repo_key_fingerprints is a list of 40-hex OpenPGP fingerprints."""
+    fps = values.get("gpu_stack_repo_key_fingerprints")
+    if fps is None:
+        return
+    where = "-e gpu_stack_repo_key_fingerprints"
+    if not isinstance(fps, list):
+        raise StackError(
+            f"{where}: expected a list of fingerprints, got {type(fps).__name__} {_show(fps)} "
+            """(give it as JSON: -e '{"gpu_stack_repo_key_fingerprints": ["<40 hex>"]}')"""
+        )
+    for fp in fps:
+        if not isinstance(fp, str) or not re.fullmatch(_FINGERPRINT, fp.replace(" ", "")):
+            raise StackError(
+                f"{where}: {_show(fp)} is not an OpenPGP fingerprint (40 hex digits, as "
+                "gpg --show-keys prints it)"
+            )
 
 
 def fold_overrides(stack: Stack, values: Mapping[str, Any]) -> Stack:

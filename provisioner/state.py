@@ -95,7 +95,7 @@ class StateDir:
             return candidate
         files = self.list_history()
         aliases = {"latest": -1, "previous": -2}
-        if run in aliases or re.fullmatch(r"-\d+", run):
+        if run in aliases or re.fullmatch(r"-[1-9]\d*", run):  # -0 is no run (was: the oldest)
             idx = aliases.get(run, int(run) if run.startswith("-") else 0)
             if not files or -idx > len(files):
                 raise LookupError(f"no run {run!r} in {self.history} ({len(files)} runs)")
@@ -115,7 +115,7 @@ class StateDir:
         except LookupError as exc:
             raise UsageProblem(str(exc)) from exc
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = loads(path.read_text(encoding="utf-8"))
             Report.from_dict(raw)
         except (OSError, ValueError) as exc:
             raise UsageProblem(f"{path}: {corrupt_reason(exc)}") from exc
@@ -157,8 +157,28 @@ def corrupt_reason(exc: BaseException) -> str:
     return f"not a provision report ({exc})"
 
 
+MAX_DEPTH = 64  # a report nests a few levels; deeper is not one (and would recurse in json)
+
+
+def loads(text: str) -> Any:  # noqa: ANN401 - JSON
+    """json.loads, with nesting deeper than MAX_DEPTH a ValueError (was: RecursionError)."""
+    try:
+        data = json.loads(text)
+    except RecursionError as exc:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from exc
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node if isinstance(
+            node, list) else ()
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return data
+
+
 def read_report(path: Path) -> Report:
-    return Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    return Report.from_dict(loads(path.read_text(encoding="utf-8")))
 
 
 def default_state() -> StateDir:

@@ -81,6 +81,7 @@ echo '==cloud-init present'
 if command -v timeout >/dev/null 2>&1; then exec timeout {limit} cloud-init status --wait
 else exec cloud-init status --wait; fi
 """
+CLOUD_INIT_OUTPUT_LIMIT = 64 * 1024  # bytes of `cloud-init status --wait` output kept (the tail)
 CLOUD_INIT_RUNNING = "cloud-init is running: waiting for `cloud-init status --wait`"
 CLOUD_INIT_FIX = (
     "look at `cloud-init status --long` and /var/log/cloud-init-output.log on the host"
@@ -240,23 +241,31 @@ class _HostWait:
 
     def _read(self, chan: Any) -> tuple[str, bool]:  # noqa: ANN401 - paramiko.Channel
         """The command's output until EOF (True) or the bound (False), with progress lines."""
-        out = b""
-        said_running = False
+        out = bytearray()
+        said_running = cut = False
         while True:
             try:
-                chunk: bytes | None = chan.recv(4096)
+                chunk: bytes | None = chan.recv(65536)
             except TimeoutError:
                 chunk = None
             if chunk:
                 out += chunk
-            text = out.decode("utf-8", "replace")
-            if "==cloud-init present" in text:
+                if len(out) > CLOUD_INIT_OUTPUT_LIMIT:
+                    # keep the tail (cloud-init's last `status:` line); decode it once at the end
+                    # (was: the whole output kept and decoded again for every 4 KB read)
+                    del out[:-CLOUD_INIT_OUTPUT_LIMIT]
+                    if not cut:
+                        self.tell(f"`cloud-init status --wait` printed over "
+                                  f"{CLOUD_INIT_OUTPUT_LIMIT} bytes: only the last "
+                                  f"{CLOUD_INIT_OUTPUT_LIMIT} kept")
+                    cut = True
+            if said_running or b"==cloud-init present" in out:
                 self.tell(CLOUD_INIT_RUNNING, heartbeat=said_running)
                 said_running = True
             if chunk == b"":  # EOF: the command ended (or the connection died)
-                return text, True
+                return out.decode("utf-8", "replace"), True
             if self.left() <= 0:
-                return text, False
+                return out.decode("utf-8", "replace"), False
 
     # ------------------------------------------------------------------ endings
     def _copy_failure(self, attempt: ProbeResult) -> None:

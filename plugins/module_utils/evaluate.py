@@ -458,6 +458,15 @@ class Judge(Context):
         if not wanted:
             self.add("repo.key", "skip", None, None, "no key fingerprints configured", "")
             return
+        malformed = [f for f in wanted if not re.match(r"^[0-9A-F]{40}\Z", f)]
+        if malformed:
+            self.add(
+                "repo.key", "fail", "one of " + " ".join(wanted), None,
+                "gpu_stack_repo_key_fingerprints: %r is not an OpenPGP fingerprint (40 hex "
+                "digits); nothing is installed from the repository" % malformed[0],
+                "give the full fingerprint as gpg --show-keys prints it",
+            )
+            return
         have = [str(f) for f in src.get("keyring_fingerprints") or []]
         path = "/usr/share/keyrings/cuda-archive-keyring.gpg"
         if not src.get("keyring"):
@@ -1503,10 +1512,12 @@ class Judge(Context):
         if hashes:
             hashes_status, hashes_actual = "pass", "%d pinned wheels with sha256" % len(hashes)
             hashes_msg = "pip installs with --require-hashes"
-        elif index:
+        elif index and not links:
             hashes_status, hashes_actual = "pass", "index %s" % index
             hashes_msg = "pip checks the sha256 the index's links carry"
         else:
+            # with an index too, pip takes the mirror's wheel when the index is unreachable or
+            # the mirror's wheel carries a build tag: that wheel would be unverified
             hashes_status, hashes_actual = "fail", "find-links %s, no hashes" % (links or "-")
             hashes_msg = (
                 "a find-links mirror serves no hashes pip can check: the wheels would be "

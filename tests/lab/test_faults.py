@@ -32,6 +32,8 @@ from urllib.parse import urlparse
 import pytest
 from test_roles_helpers import PROVISION, fingerprint, fingerprint_diff, fleet_args, provision_cli
 
+from provisioner import runner
+
 SKIP = ("--skip-tags", "pytorch,validation")
 LOCK = "/var/lib/provision/run.lock"
 REPAIR = "changed | nvidia_repo : Finish an interrupted dpkg run"
@@ -441,9 +443,19 @@ def test_host_reboots_in_the_middle_of_the_driver_install(node: Any, work: Path)
     assert REPAIR in out, out[-6000:]
 
 
+def _alive(pid: int) -> bool:
+    """Running (not a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
 def test_ctrl_c_during_the_driver_install(node: Any, work: Path) -> None:
     """SIGINT to `provision` while dpkg is unpacking the driver: exit 130, the host is
-    `interrupted` in report.json, junit.xml and provision.prom, the CLI releases the run's lock;
+    `interrupted` in report.json, junit.xml and provision.prom, no process of the run left on the
+    controller (ansible-playbook's workers included), the CLI releases the run's lock;
     the install cut off on the host finishes, and the next run converges."""
     from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
 
@@ -455,8 +467,16 @@ def test_ctrl_c_during_the_driver_install(node: Any, work: Path) -> None:
         wait_for("dpkg frozen in the driver install",
                  lambda: dpkg_pid.exists() or proc.poll() is not None, timeout=600)
         assert proc.poll() is None, "the run ended before the driver install"
+        # the run's processes on the controller: ansible-playbook and its workers (ansible-core
+        # 2.19 workers call setsid: outside the process group ansible-runner kills)
+        tree = runner.descendants(proc.pid)
+        assert tree, "no ansible-playbook below provision"
         proc.send_signal(signal.SIGINT)
         rc, out, data = finish(proc, work, "ctrl-c", timeout=300)
+        # issue 21: none of them outlives the run (was: the task's worker went on, on a host
+        # whose lock was released); checked while dpkg is still frozen on the host
+        alive = [pid for pid in tree if _alive(pid)]
+        assert not alive, f"processes of the interrupted run still running: {alive}"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -128,5 +128,5 @@ def test_diff_new_resolved_and_versions() -> None:
     assert "h2" not in text
     assert "  resolved: driver.hold: drift -> pass" in text
     assert "  new problem: cudnn.version: pass -> drift" in text
-    assert "h3: None -> failed" in text
+    assert "h3: absent -> failed" in text  # issue 21: was "None -> failed"
     json.dumps([d.to_dict() for d in diffs.values()])
