@@ -248,19 +248,17 @@ class Lab:
         """Start n light hosts (lab/light.py: sshd without systemd, for controller measurements)
         on the personality's base; the stack file names the lab's mirrors when the repo runs."""
         base = self.ensure_base(personality=personality)
-        urls = {}
-        if self.repo is not None:
-            urls = {
-                "repo_url": self.repo.repos_url,
-                "wheels_url": f"{self.repo.base_url}/wheels/",
-            }
+        hashes = hashed_requirements(self.ensure_wheelhouse())
+        if self.repo is None:
+            return LightFleet.create(self.dir, base, n, profiles, wheel_hashes=hashes)
         return LightFleet.create(
             self.dir,
             base,
             n,
             profiles,
-            wheel_hashes=hashed_requirements(self.ensure_wheelhouse()),
-            **urls,
+            repo_url=self.repo.repos_url,
+            wheels_url=f"{self.repo.base_url}/wheels/",
+            wheel_hashes=hashes,
         )
 
     def fleets(self) -> list[Fleet]:

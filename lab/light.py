@@ -249,6 +249,20 @@ class LightFleet:
         """Run a command on a light host over SSH as the admin user."""
         return self._rt[name].run_ssh(command, self.known_hosts, timeout=timeout)
 
+    def process_ids(self) -> list[int]:
+        """The hosts' top processes (each host's processes descend from one of them)."""
+        return [p.pid for p in self._procs.values()]
+
+    def cgroup_procs_files(self) -> list[Path]:
+        """Each host's cgroup2 `cgroup.procs` (without systemd inside, a host's processes stay in
+        its one cgroup)."""
+        return [
+            cg / "cgroup.procs"
+            for h in self.hosts
+            for cg in cgroups.host_cgroups(h.machine)
+            if (cg / "cpu.stat").exists()
+        ]
+
     def cgroup_usage_usec(self) -> int:
         """CPU used by every light host so far (sshd, sudo, modules), from their cgroup2."""
         total = 0
