@@ -8,8 +8,8 @@ While the big run goes, a sampler thread (once a second) reads:
   started except the light hosts' own (provision, ansible-playbook and its forks, ssh clients and
   their ControlPersist masters); PSS splits shared pages between the processes that map them, so
   the forks' shared interpreter is not counted once per fork;
-* the fan-out reached: how many hosts are running something other than sshd at that moment (a
-  command of the play: sh, sudo, python3, nvidia-smi ...), from the hosts' cgroups.
+* the fan-out reached: how many hosts are running something besides their idle processes (`IDLE`)
+  at that moment (a command of the play: sh, sudo, python3, nvidia-smi ...), from their cgroups.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from bench.harness import PROVISION, Bench
 from bench.model import record
 
 KEY = "fleet_check"
+# what a light host runs while idle: its sshd (listener and the sessions of open connections) and
+# the `unshare` that started it; "" is a process that ended between the listing and the read
+IDLE = frozenset({"sshd", "sshd-session", "unshare", ""})
 # light hosts carry the base without the stack: their checks fail (1) or drift (5); every host must
 # still have been reached and judged (no `unreachable`, no setup or usage error)
 FLEET_RC_OK = (0, 1, 5)
@@ -95,7 +98,7 @@ class Sampler(threading.Thread):
         for path in self._procs_files:
             with contextlib.suppress(OSError, ValueError):
                 pids = [int(p) for p in path.read_text(encoding="utf-8").split()]
-                if any(not _comm(p).startswith("sshd") and _comm(p) for p in pids):
+                if any(_comm(p) not in IDLE for p in pids):
                     busy += 1
         return busy
 

@@ -34,7 +34,7 @@ import yaml
 from lab import alloc, cgroups, payload
 from lab import personality as personality_mod
 from lab.base import ADMIN_USER, Base
-from lab.fleet import stack_yaml
+from lab.fleet import _exit_on_sigterm, stack_yaml
 from lab.hosts import Host, HostRuntime, RunResult
 from lab.profiles import load_profile
 from lab.util import LabError, clean_env, remove_tree, unmount_all
@@ -131,6 +131,7 @@ class LightFleet:
         ]
         fleet = cls(fleet_id, fleet_dir, lab_path, hosts, base.personality or "ubuntu2204")
         _LIVE[fleet_id] = fleet
+        _exit_on_sigterm()  # SIGTERM becomes an exit, so atexit tears the hosts down
         try:
             smi = payload.read("nvidia_smi.py").replace("@DRIVER_VERSION@", DRIVER_VERSION)
             files = {NVIDIA_SMI: smi.encode()}
