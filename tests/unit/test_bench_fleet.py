@@ -80,3 +80,19 @@ def test_forks_come_from_the_recorded_command(tmp_path: Path) -> None:
     assert fleet_scale._forks(report) == 16
     assert fleet_scale._statuses(report) == {"failed": 1}
     assert fleet_scale._forks(tmp_path / "missing") is None
+
+
+def test_a_host_is_busy_only_while_it_runs_more_than_its_sshd(tmp_path: Path) -> None:
+    idle, busy = tmp_path / "idle.procs", tmp_path / "busy.procs"
+    fleet = SimpleNamespace(process_ids=lambda: [], cgroup_procs_files=lambda: [idle, busy])
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        idle.write_text("", encoding="utf-8")  # no process at all (or only IDLE ones)
+        busy.write_text(f"{child.pid}\n", encoding="utf-8")  # a command of the play
+        assert fleet_scale.Sampler(fleet).busy_hosts() == 1
+        busy.write_text("", encoding="utf-8")
+        assert fleet_scale.Sampler(fleet).busy_hosts() == 0
+    finally:
+        child.kill()
+        child.wait()
+    assert {"sshd", "unshare"} <= fleet_scale.IDLE
