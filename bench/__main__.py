@@ -5,7 +5,9 @@ Knobs (environment, or the options of the same name):
   BENCH_SIZES=1,4,8,16    fleet sizes for P3
   BENCH_P1_HOSTS=4        hosts for P1
   BENCH_SMOKE=1           one host, one run, no warm-up (what CI runs; figures are not meaningful)
-  BENCH_SKIP=P2,P4        parts to leave out: P1, P3, P2, P4, records (recorded as not measured)
+  BENCH_SKIP=P2,P4        parts to leave out: P1, P3, P2, P4, records, fleet (not measured)
+  BENCH_LIGHT_HOSTS=200   light lab hosts of records.fleet_check (P7's measured basis)
+  BENCH_LIGHT_FORKS=      --forks of that check (default: the CLI's own choice)
   BENCH_PROFILE=h100-sxm-8
   BENCH_CHECK_ARGS / BENCH_CONVERGE_ARGS   extra `provision` arguments (shell words)
   BENCH_P7_FORKS=64 BENCH_P7_CORES=16 BENCH_P7_NODES=1000
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import machine, model, report, scenarios
+from bench import fleet_scale, machine, model, report, scenarios
 from bench.harness import REPO, Bench, Settings
 
 
@@ -54,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--p7-forks", type=int, default=int(_env("BENCH_P7_FORKS", "64")))
     p.add_argument("--p7-cores", type=int, default=int(_env("BENCH_P7_CORES", "16")))
     p.add_argument("--p7-nodes", type=int, default=int(_env("BENCH_P7_NODES", "1000")))
+    p.add_argument("--light-hosts", type=int, default=int(_env("BENCH_LIGHT_HOSTS", "200")))
+    p.add_argument("--light-forks", type=int, default=int(_env("BENCH_LIGHT_FORKS", "0")))
     # smoke runs write to a temporary directory unless told otherwise: they are not results
     p.add_argument("--out", type=Path, default=_path_env("BENCH_OUT"))
     p.add_argument("--docs", type=Path, default=_path_env("BENCH_DOCS"))
@@ -74,9 +78,12 @@ def settings_from(a: argparse.Namespace) -> Settings:
         p7_nodes=a.p7_nodes,
         p7_cores=a.p7_cores,
         p7_forks=a.p7_forks,
+        light_hosts=max(1, a.light_hosts),
+        light_forks=max(0, a.light_forks),
     )
     if a.smoke:
         s.smoke, s.repeat, s.sizes, s.p1_hosts, s.warmup = True, 1, (1,), 1, False
+        s.light_hosts = min(s.light_hosts, 2)
     if max(s.sizes) > 16 or s.p1_hosts > 16:
         raise SystemExit("the lab has at most 16 hosts per fleet")
     return s
@@ -117,6 +124,12 @@ def run_all(s: Settings, work: Path) -> dict[str, Any]:
                 records.update(scenarios.validation(b, fleet, one.get("wall_s")))
             finally:
                 scenarios.destroy(b, fleet)
+        if "fleet" in s.skip:
+            records["fleet_check"] = model.record(None, "s", [], reason="skipped (BENCH_SKIP)")
+        else:
+            records["fleet_check"] = fleet_scale.fleet_check(b)
+        if records["fleet_check"].get("value") is not None:
+            data["P7"] = scenarios.project_measured(b, records["fleet_check"], data.get("P7"))
         if {"P2", "P4"} <= s.skip:
             data["P4"] = model.not_measured("P4", "skipped (BENCH_SKIP)")
             data["P2"] = model.not_measured("P2", "skipped (BENCH_SKIP)")

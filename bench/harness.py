@@ -61,6 +61,9 @@ class Settings:
     p7_cores: int = 16
     p7_forks: int = 64
     timeout_s: float = 1800.0
+    # records.fleet_check: light lab hosts for one measured check (P7's basis); 0: CLI default forks
+    light_hosts: int = 200
+    light_forks: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +77,7 @@ class Settings:
             "check_args": list(self.check_args),
             "converge_args": list(self.converge_args),
             "p7": {"nodes": self.p7_nodes, "cores": self.p7_cores, "forks": self.p7_forks},
+            "light": {"hosts": self.light_hosts, "forks": self.light_forks or None},
         }
 
 

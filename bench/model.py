@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 GOAL_KEYS = ("P1", "P2", "check_cpu_s_per_host", "check_tasks_per_host", "P3", "P7", "P4")
-RECORD_KEYS = ("help_startup_s", "first_ssh_s", "validation_s")
+RECORD_KEYS = ("help_startup_s", "first_ssh_s", "validation_s", "fleet_check")
 GOALS: dict[str, tuple[float | None, str, str]] = {
     # key: (goal, unit, comparison) - met when value <= goal (all goals are upper bounds)
     "P1": (1.05, "ratio", "<="),

@@ -24,6 +24,7 @@ RECORD_TITLES = {
     "help_startup_s": "`provision --help` start-up",
     "first_ssh_s": "time to the first SSH connection (`provision check`)",
     "validation_s": "validation job, 1 lab host",
+    "fleet_check": "`provision check` over the light lab fleet (once)",
 }
 
 
@@ -146,7 +147,7 @@ def _p7(e: dict[str, Any]) -> str:
     i = e.get("inputs") or {}
     return (
         f"{i.get('forks')} forks, {i.get('cpu_s_per_host')} CPU-s/host, "
-        f"{i.get('wall_s_per_host')} s/host"
+        f"{i.get('wall_s_per_host')} s/host; from {e.get('basis', 'P3')}"
     )
 
 
@@ -180,6 +181,14 @@ DETAILS: dict[str, Callable[[dict[str, Any]], str]] = {
     ),
     "validation_s": _validation,
     "help_startup_s": lambda e: _num(e.get("cpu_s"), "CPU-s"),
+    "fleet_check": lambda e: (
+        f"{e.get('hosts')} light hosts, {e.get('forks')} forks, fan-out reached "
+        f"{e.get('fanout_reached')}; controller {e.get('controller_cpu_s_per_host')} CPU-s/host, "
+        f"peak {e.get('controller_peak_pss_mib')} MiB PSS; in the hosts "
+        f"{e.get('host_cpu_s_per_host')} CPU-s/host; "
+        f"1 host alone {_num(e.get('one_host_wall_s'), 's')}; "
+        f"load average before {e.get('load_avg_before')}"
+    ),
 }
 
 

@@ -306,6 +306,58 @@ def project(b: Bench, sizes: dict[str, Any], cpu_per_host: float) -> dict[str, A
     )
 
 
+def project_measured(b: Bench, fleet: dict[str, Any], from_p3: dict[str, Any] | None) -> Entries:
+    """P7 from the measured light-fleet run (records.fleet_check): its controller CPU-s per host,
+    and the wall time of its 1-host check as the per-host time of a wave."""
+    cpu = float(fleet["controller_cpu_s_per_host"])
+    wall = float(fleet["one_host_wall_s"])
+    n, wall_n = int(fleet["hosts"]), float(fleet["value"])
+    p = model.Projection(b.s.p7_nodes, b.s.p7_cores, b.s.p7_forks, cpu, wall)
+    from provisioner.session import default_forks  # noqa: PLC0415
+
+    cli_forks = default_forks("check", b.s.p7_nodes, b.s.p7_cores)
+    cli_default = model.Projection(b.s.p7_nodes, b.s.p7_cores, cli_forks, cpu, wall)
+    lines = [
+        f"measured:    {n} light hosts in {wall_n:.1f} s at {fleet.get('forks')} forks (fan-out "
+        f"reached {fleet.get('fanout_reached')}), {cpu:.3f} controller CPU-s/host, "
+        f"load average before {fleet.get('load_avg_before')}",
+        *p.arithmetic(),
+    ]
+    for line in lines:
+        b.log(f"P7 {line}")
+    detail: dict[str, Any] = {}
+    if from_p3 and from_p3.get("value") is not None:
+        detail["from_p3"] = {"value": from_p3["value"], "inputs": from_p3.get("inputs")}
+    return goal_entry(
+        "P7",
+        p.minutes,
+        [],
+        arithmetic=lines,
+        basis=f"records.fleet_check ({n} light hosts, measured)",
+        inputs={
+            "nodes": p.nodes,
+            "cores": p.cores,
+            "forks": p.forks,
+            "cpu_s_per_host": round(cpu, 4),
+            "wall_s_per_host": round(wall, 3),
+            "measured_hosts": n,
+            "measured_wall_s": wall_n,
+        },
+        assumptions=(
+            f"controller CPU-s per host stays what {n} hosts measured (it is per host: forks, ssh "
+            "and result handling, which do not grow with the fleet); a host in a wave takes as "
+            "long as the measured 1-host check (true while forks x CPU-s/host / wall s/host <= "
+            "cores); "
+            "the controller's cores are free for the check; hosts answer like lab hosts over "
+            "loopback SSH (a real network adds latency to the waves bound, not CPU); memory is not "
+            "a bound (the measured peak PSS grows with forks, not with hosts)"
+        ),
+        cli_default_forks=cli_forks,
+        at_cli_default_forks=cli_default.arithmetic()[-1],
+        **detail,
+    )
+
+
 # ------------------------------------------------------------------------------ records: validation
 def validation(b: Bench, fleet: Any, check_wall_1: float | None) -> Entries:  # noqa: ANN401
     """The validation program's own time on one host, inside `provision check --validate` (check

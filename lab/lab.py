@@ -15,6 +15,7 @@ from pathlib import Path
 from lab import base as base_mod
 from lab import personality as personality_mod
 from lab.fleet import Fleet, fleets_in, owner_alive
+from lab.light import LightFleet
 from lab.repo import Repo, build_repo
 from lab.server import ThreadedServer
 from lab.util import LabError, LabUnavailable, lab_dir, remove_tree
@@ -239,6 +240,25 @@ class Lab:
             ),
             repo_key_fingerprints=self.repo.key_fingerprints,
             wheel_hashes=hashed_requirements(self.ensure_wheelhouse()),
+        )
+
+    def create_light_fleet(
+        self, n: int, profiles: Sequence[str] = ("h100-sxm-8",), personality: str | None = None
+    ) -> LightFleet:
+        """Start n light hosts (lab/light.py: sshd without systemd, for controller measurements)
+        on the personality's base; the stack file names the lab's mirrors when the repo runs."""
+        base = self.ensure_base(personality=personality)
+        hashes = hashed_requirements(self.ensure_wheelhouse())
+        if self.repo is None:
+            return LightFleet.create(self.dir, base, n, profiles, wheel_hashes=hashes)
+        return LightFleet.create(
+            self.dir,
+            base,
+            n,
+            profiles,
+            repo_url=self.repo.repos_url,
+            wheels_url=f"{self.repo.base_url}/wheels/",
+            wheel_hashes=hashes,
         )
 
     def fleets(self) -> list[Fleet]:
