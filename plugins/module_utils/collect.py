@@ -11,6 +11,7 @@ from __future__ import absolute_import, annotations, division, print_function
 
 import json
 import os
+import pwd
 import re
 import time
 from typing import Any, Callable
@@ -71,10 +72,10 @@ OTHER_ENV_FILES = (
     "/etc/environment",
     "/etc/profile",
     "/etc/bash.bashrc",
-    "/root/.bashrc",
-    "/root/.profile",
-    "/root/.bash_profile",
 )
+# The login and interactive shell files of the users the site names (gpu_stack_env_users; default
+# the SSH user and root): read for another CUDA toolkit's paths, named by file and line, never edited.
+USER_SHELL_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile")
 LOCK_FILES = {
     "apt": (
         "/var/lib/dpkg/lock-frontend",
@@ -132,6 +133,13 @@ class HostIO(object):
 
     def realpath(self, path: str) -> str:
         return os.path.realpath(path)
+
+    def home(self, user: str) -> str | None:
+        """The user's home directory (the passwd database), None for an unknown user."""
+        try:
+            return pwd.getpwnam(user).pw_dir
+        except KeyError:
+            return None
 
     def free_bytes(self, path: str) -> int | None:
         try:
@@ -312,6 +320,18 @@ def env_section(io: HostIO, params: dict[str, Any]) -> dict[str, Any]:
         text = io.read(path)
         if text is not None and "cuda" in text:
             files[path] = text
+    user_files: dict[str, str] = {}  # path -> text, of the named users' shell files
+    owners: dict[str, str] = {}  # path -> user
+    for user in params.get("env_users") or ["root"]:
+        home = io.home(str(user))
+        if not home:
+            continue
+        for name in USER_SHELL_FILES:
+            path = home.rstrip("/") + "/" + name
+            text = io.read(path)
+            if text is not None and "cuda" in text and path not in files:
+                user_files[path] = text
+                owners.setdefault(path, str(user))
     ldconf: dict[str, str] = {}
     for name in io.listdir("/etc/ld.so.conf.d"):
         text = io.read("/etc/ld.so.conf.d/" + name)
@@ -331,8 +351,16 @@ def env_section(io: HostIO, params: dict[str, Any]) -> dict[str, Any]:
     shell = p.parse_login_shell(out)
     rc, out, _err = io.run(["ldconfig", "-p"])
     libs = sorted({m.group(0) for m in CUDA_LIB_RE.finditer(out)}) if rc == 0 else []
+    resolved = {
+        name: path
+        for name, path in p.parse_ldconfig_p(out if rc == 0 else "").items()
+        if CUDA_LIB_RE.match(name)
+    }
     return {
         "files": files,
+        "user_files": user_files,
+        "user_file_owners": owners,
+        "ldconfig_resolved": resolved,
         "ldconf": ldconf,
         "managed_profile": managed,
         "shell": shell,

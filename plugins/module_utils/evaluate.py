@@ -1161,13 +1161,18 @@ class Judge(Context):
                 ("cuda-%s" % major, "/usr/local/cuda-%s" % major),
             ):
                 info = alt.get(name) or {}
+                # /usr/local/cuda replaced by hand (`ln -sfn /usr/local/cuda-11.3 /usr/local/cuda`)
+                # leaves the alternatives database at the stack's toolkit: --set then rewrites the
+                # link (update-alternatives repairs a master link that no longer points into
+                # /etc/alternatives), so a link that resolves elsewhere is set again
+                relink = name == "cuda" and link != prefix
                 alternatives.append(
                     {
                         "name": name,
                         "link": linkpath,
                         "path": prefix,
                         "register": prefix not in (info.get("choices") or {}),
-                        "set": info.get("current") != prefix,
+                        "set": info.get("current") != prefix or relink,
                     }
                 )
         spec = tk
@@ -1289,6 +1294,7 @@ class Judge(Context):
             else "only CUDA %s paths" % cuda,
             "; ".join(remedies) or self.fix,
         )
+        self._env_user_files(e, cuda)
         nvcc = shell.get("nvcc") or ""
         release = shell.get("nvcc_release")
         dangling = shell.get("missing") or []
@@ -1336,14 +1342,58 @@ class Judge(Context):
         libs = cfg.get("verify_libraries") or ["libcudart.so.12", "libcudnn", "libnccl"]
         have = e.get("ldconfig") or []
         missing = [lib for lib in libs if not any(h.startswith(lib) for h in have)]
+        # what the dynamic linker really resolves: a library of the same SONAME in another
+        # toolkit's directory listed first wins, whatever else the cache lists
+        resolved = e.get("ldconfig_resolved") or {}
+        wrong = sorted(
+            "%s => %s" % (name, path)
+            for name, path in resolved.items()
+            if _foreign_cuda_dir(path, cuda)
+        )
+        major = cuda.split(".", maxsplit=1)[0]
+        foreign_ld = [  # (file, line number, line, version)
+            (path, n, line.strip(), version)
+            for path, text in sorted((e.get("ldconf") or {}).items())
+            if path != ldconf
+            for n, line, version in p.cuda_dirs_in_ld_conf(text)
+            if version not in (cuda, major)
+        ]
+        ld_where = "; ".join("%s:%d lists %s" % (f[0], f[1], f[2]) for f in foreign_ld)
+        problems = (
+            (["missing: " + ", ".join(missing)] if missing else [])
+            + (["resolved from another CUDA: " + ", ".join(wrong)] if wrong else [])
+            + (["another CUDA's directory in the linker path: " + ld_where] if foreign_ld else [])
+        )
         self.add(
             "env.ldconfig",
-            "pass" if not missing else self.bad,
-            "ldconfig -p lists %s" % ", ".join(libs),
-            ("missing: " + ", ".join(missing)) if missing else "all listed",
+            "pass" if not problems else self.bad,
+            "ldconfig -p lists %s, each resolved outside other CUDA toolkits' directories; no "
+            "other CUDA's directory in /etc/ld.so.conf.d" % ", ".join(libs),
+            "; ".join(problems) if problems else "all listed",
             "dynamic linker cache",
-            self.fix,
+            (
+                "%s (it comments out the other CUDA's directories in /etc/ld.so.conf.d and runs "
+                "ldconfig)" % self.fix
+            )
+            if foreign_ld and switch
+            else (("edit " + ", ".join("%s line %d" % (f[0], f[1]) for f in foreign_ld))
+                  if foreign_ld else self.fix),
         )
+        neutralize_ld = []
+        for path in sorted({f[0] for f in foreign_ld}) if switch else []:
+            numbers = {f[1] for f in foreign_ld if f[0] == path}
+            lines = (e.get("ldconf") or {})[path].splitlines()
+            neutralize_ld.append(
+                {
+                    "path": path,
+                    "content": "\n".join(
+                        ("# provision: other CUDA directory disabled (stack CUDA %s): %s"
+                         % (cuda, ln)) if i + 1 in numbers else ln
+                        for i, ln in enumerate(lines)
+                    )
+                    + "\n",
+                }
+            )
         neutralize = []
         for path in sorted({f[0] for f in ours}):
             lines = files[path].splitlines()
@@ -1363,8 +1413,40 @@ class Judge(Context):
             "ldconf_file": ldconf,
             "ldconf_content": ld_content,
             "neutralize": neutralize,
+            "neutralize_ldconf": neutralize_ld,
             "blocked": ["%s:%d: %s" % (f[0], f[1], f[2]) for f in blocked],
         }
+
+    def _env_user_files(self, e: dict[str, Any], cuda: str) -> None:
+        """Another CUDA's paths in the named users' shell files (the multi-GPU guides'
+        `export PATH=/usr/local/cuda-11.3/bin...` in ~/.bashrc): drift named by file and line
+        with the exact edit, in a run as in a check; the role never edits a user's dotfile."""
+        owners = e.get("user_file_owners") or {}
+        found = []  # (path, line number, line, versions)
+        for path, text in sorted((e.get("user_files") or {}).items()):
+            for n, line, versions in p.cuda_paths_in(text):
+                others = [x for x in versions if x and x != cuda]
+                if others:
+                    found.append((path, n, line.strip(), others))
+        where = "; ".join(
+            "%s:%d (user %s) sets %s"
+            % (f[0], f[1], owners.get(f[0], "?"), ", ".join("/usr/local/cuda-" + x for x in f[3]))
+            for f in found
+        )
+        self.add(
+            "env.user_shell_files",
+            "pass" if not found else "drift",
+            "no named user's shell file exports another CUDA toolkit's bin or lib64",
+            where or "none",
+            ("another CUDA's paths in users' shell files (not edited by provision): %s" % where)
+            if found
+            else "only CUDA %s paths" % cuda,
+            "; ".join(
+                "edit %s line %d: delete `%s` (%s sets CUDA %s for login shells)"
+                % (f[0], f[1], f[2], e.get("managed_profile") or "/etc/profile.d/cuda.sh", cuda)
+                for f in found
+            ),
+        )
 
     # ------------------------------------------------------------------ PyTorch
     def pytorch(self) -> None:
@@ -1520,6 +1602,13 @@ def cudnn_text(value: Any) -> str | None:  # noqa: ANN401 - torch returns int or
     if n >= 10000:
         return "%d.%d.%d" % (n // 10000, (n % 10000) // 100, n % 100)
     return "%d.%d.%d" % (n // 1000, (n % 1000) // 100, n % 100)
+
+
+def _foreign_cuda_dir(path: str, cuda: str) -> bool:
+    """A path inside another CUDA toolkit's directory (/usr/local/cuda-11.3/...): not the stack's
+    version, nor its major-version alias (/usr/local/cuda-12) or /usr/local/cuda."""
+    m = re.match(r"^/usr/local/cuda-(\d+(?:\.\d+)?)/", path)
+    return bool(m) and m.group(1) not in (cuda, cuda.split(".", maxsplit=1)[0])
 
 
 def profile_script(cuda: str) -> str:

@@ -49,6 +49,7 @@ class FakeHost(c.HostIO):
         self.bytes: dict[str, bytes] = {}
         self.dirs: set[str] = {"/", "/usr/local", f"/lib/modules/{kernel}"}
         self.links: dict[str, str] = {}
+        self.homes: dict[str, str] = {"root": "/root"}  # the passwd database
         self.commands: dict[str, tuple[int, str, str]] = {}
         self.binaries: set[str] = {
             "dpkg-query",
@@ -102,6 +103,9 @@ class FakeHost(c.HostIO):
 
     def readlink(self, path: str) -> str | None:
         return self.links.get(path)
+
+    def home(self, user: str) -> str | None:
+        return self.homes.get(user)
 
     def realpath(self, path: str) -> str:
         seen = 0
@@ -272,6 +276,7 @@ def judge(
         "disk_path": desired["preflight"]["disk_path"],
         "cuda_version": desired["cuda"]["version"],
         "env_profile_file": desired["env"]["profile_file"],
+        "env_users": desired["env"].get("users") or ["root"],
         "pytorch_python": desired["pytorch"]["python"],
         "pytorch_venv": desired["pytorch"]["venv"],
     }
