@@ -74,7 +74,7 @@ OTHER_ENV_FILES = (
     "/etc/bash.bashrc",
 )
 # The login and interactive shell files of the users the site names (gpu_stack_env_users; default
-# the SSH user and root): read for another CUDA toolkit's paths, named by file and line, never edited.
+# the SSH user and root): read for another CUDA's paths, named by file and line, never edited.
 USER_SHELL_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile")
 LOCK_FILES = {
     "apt": (

@@ -131,8 +131,8 @@ def test_hand_replaced_usr_local_cuda_is_set_again_through_alternatives() -> Non
     h = FakeHost()
     h.dirs.update({"/usr/local/cuda-12.1", "/usr/local/cuda-11.3"})
     h.commands["/usr/bin/update-alternatives --display cuda"] = (0, DISPLAY_12_1, "")
-    h.commands["/usr/bin/update-alternatives --display cuda-12"] = (
-        0, DISPLAY_12_1.replace("link cuda is /usr/local/cuda", "link cuda-12 is /usr/local/cuda-12"), "")
+    major = DISPLAY_12_1.replace("link cuda is", "link cuda-12 is").replace("cuda\n", "cuda-12\n")
+    h.commands["/usr/bin/update-alternatives --display cuda-12"] = (0, major, "")
     h.links["/usr/local/cuda"] = "/etc/alternatives/cuda"
     h.links["/etc/alternatives/cuda"] = "/usr/local/cuda-12.1"
     plan = judge(h, ["cuda"])["plan"]["cuda"]["alternatives"]

@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import conftest
 import probe_fakes as pf
 from probe_fakes import FakeHost, judge
-
-import conftest
 
 ROOT = Path(__file__).resolve().parents[2]
 UBUNTU_2404 = conftest.capture("os-release__ubuntu_24.04.txt")
