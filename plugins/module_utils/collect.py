@@ -280,7 +280,9 @@ def sources_section(io: HostIO, plat: Platform) -> dict[str, Any]:
 
 def dnf_available_section(io: HostIO, repo_id: str, package: str) -> dict[str, Any]:
     rc, out, err = io.run(
-        ["dnf", "-q", "--repo", repo_id, "list", "--available", "--showduplicates", package],
+        # repoquery, not `list --available`: that one hides the installed build, so a rerun
+        # against a mirror carrying only that build found nothing in the repository
+        ["dnf", "-q", "--repo", repo_id, "repoquery", package],
         timeout=300,
     )
     return {"rc": rc, "stdout": out[-4000:], "stderr": err[-2000:]}
@@ -386,6 +388,7 @@ def kernel_section(io: HostIO, plat: Platform) -> dict[str, Any]:
     return {
         "loaded": [m for m in modules if m.startswith(("nvidia", "nouveau"))],
         "proc_modules_readable": io.exists("/proc/modules"),
+        "nvidia_version": io.read("/proc/driver/nvidia/version") or "",
         "kernels": kernels,
         "nvidia_ko": ko,
         "default_kernel": default,

@@ -493,6 +493,15 @@ class Judge(Context):
             "dpkg_repair": self.dpkg_interrupted(),
         }
         if plat.apt:
+            old_key_users = [
+                "%s:%d" % (path, n)
+                for path, text in sorted(files.items())
+                for n, ln in enumerate(text.splitlines(), 1)
+                if ln.strip().startswith("deb")
+                and "download.nvidia.com/" in ln
+                and url not in ln
+                and "signed-by" not in ln.lower()
+            ]
             list_file = "/etc/apt/sources.list.d/cuda-%s-%s.list" % (plat.repo_dir, plat.arch_dir)
             keyring = "/usr/share/keyrings/cuda-archive-keyring.gpg"
             plan.update(
@@ -502,8 +511,11 @@ class Judge(Context):
                     "keyring_deb": "%s/cuda-keyring_%s_all.deb"
                     % (url, (self.stack.get("repo") or {}).get("keyring_version") or "1.1-1"),
                     "keyring_installed": "cuda-keyring" in self.installed,
-                    # NVIDIA rotated its apt key 7fa2af80 out in 2022 (apt-key del 7fa2af80)
-                    "remove_old_key": bool(src.get("apt_key")),
+                    # NVIDIA rotated its apt key 7fa2af80 out in 2022 (apt-key del 7fa2af80);
+                    # kept while another NVIDIA entry without signed-by (the machine-learning
+                    # repository) still verifies against apt's trusted keys
+                    "remove_old_key": bool(src.get("apt_key")) and not old_key_users,
+                    "old_key_kept_for": old_key_users,
                 }
             )
             entries = 0
@@ -552,6 +564,7 @@ class Judge(Context):
             )
             if plat.family == "debian":
                 self._debian_contrib_check(files)
+                self._debian_driver_build(url, entries == 1)
             self._repo_key_check(src)
         elif plat.family == "redhat":
             repo_id = "cuda-%s-%s" % (plat.repo_dir, plat.arch_dir)
@@ -626,6 +639,43 @@ class Judge(Context):
                 rewrites.append({"path": path, "content": "\n".join(lines) + "\n"})
         return rewrites
 
+    def _debian_driver_build(self, url: str, configured: bool) -> None:
+        """Debian: the path needs NVIDIA's nvidia-driver-cuda at the stack's branch (or exact
+        version); no public listing confirms a 535 build for debian11, so the repository is asked
+        (apt-cache policy) and the run stops with the reason when it carries none."""
+        d = self.drv()
+        b, v = str(d.get("branch")), str(d.get("version") or "")
+        pol = self.section("policy").get("nvidia-driver-cuda") or {}
+        builds = sorted(
+            {
+                upstream_version(ver["version"])
+                for ver in pol.get("versions") or []
+                if any(url in src for src in ver.get("sources") or [])
+            }
+        )
+        fits = [x for x in builds if (x == v if v else x.split(".")[0] == b)]
+        want = "nvidia-driver-cuda %s in %s/" % (v or ("%s.*" % b), url)
+        if not configured or not pol:
+            status, msg = "skip", "asked once the repository is configured (apt-get update)"
+        elif fits:
+            status, msg = "pass", "the repository carries %s" % " ".join(fits)
+        else:
+            status = "fail"
+            msg = (
+                "NVIDIA's repository carries no %s build of nvidia-driver-cuda (it has: %s): "
+                "nothing of the driver was installed; choose a branch or version it carries"
+                % (v or "branch " + b, " ".join(builds) or "none")
+            )
+        self.add(
+            "repo.driver_build",
+            status,
+            want,
+            " ".join(builds) or "none",
+            msg,
+            "set driver.branch/driver.version to a build the repository carries "
+            "(apt-cache policy nvidia-driver-cuda)",
+        )
+
     def _debian_contrib_check(self, files: dict[str, str]) -> None:
         one_line = self._debian_archive_lines(files)
         deb822 = [
@@ -673,18 +723,7 @@ class Judge(Context):
             "enrol a MOK key at the console or use signed modules, then set "
             "gpu_stack_secure_boot_signed=true",
         )
-        turing = g.get("turing_or_newer")
-        if flavor == "open":
-            self.add(
-                "driver.flavor",
-                "fail" if turing is False else "pass",
-                "open kernel modules: every GPU Turing or newer",
-                "GPUs older than Turing" if turing is False else "Turing or newer",
-                "the open flavour needs compute capability >= 7.5"
-                if turing is False
-                else "open modules supported",
-                "use driver.flavor proprietary",
-            )
+        self._driver_flavor(flavor, ds, adopted)
         branch_ok = ds["branch"] == b and not ds["other_branch"]
         self.add(
             "driver.branch",
@@ -1108,6 +1147,67 @@ class Judge(Context):
             "lspci_available": bool(self.gpu.get("lspci_available")),
             "main_package": ds["main"],
         }
+
+    def _driver_flavor(self, flavor: str, ds: dict[str, Any], adopted: bool) -> None:
+        """driver.flavor: the open flavour's refusals (pre-Turing GPUs; NVIDIA's documented
+        Ubuntu steps), then the flavour really installed (the kernel module packages) and loaded
+        (/proc/driver/nvidia/version says "Open Kernel Module" for the open one)."""
+        g = self.gpu
+        b = str(self.drv().get("branch"))
+        turing = g.get("turing_or_newer")
+        inst = self.installed
+        kinds = {n: kernel_module_flavour(n) for n in inst}
+        has_open = sorted(n for n, k in kinds.items() if k == "open")
+        has_prop = sorted(n for n, k in kinds.items() if k == "proprietary")
+        loaded = loaded_module_flavour(self.section("kernel").get("nvidia_version") or "")
+        other = "proprietary" if flavor == "open" else "open"
+        wrong = has_prop if flavor == "open" else has_open
+        right = has_open if flavor == "open" else has_prop
+        actual = "installed: %s; loaded: %s" % (
+            "open (%s)" % " ".join(has_open) if has_open and not has_prop
+            else "proprietary (%s)" % " ".join(has_prop) if has_prop and not has_open
+            else "both flavours (%s)" % " ".join(has_open + has_prop) if has_open
+            else "no kernel module package",
+            loaded or "unknown",
+        )
+        status, msg, fix = "pass", "%s kernel modules" % flavor, self.fix
+        if flavor == "open" and turing is False:
+            status, actual = "fail", "GPUs older than Turing; " + actual
+            msg, fix = "the open flavour needs compute capability >= 7.5", (
+                "use driver.flavor proprietary")
+        elif flavor == "open" and self.plat.family == "ubuntu" and not adopted:
+            status = "fail"
+            msg = (
+                "open kernel modules through NVIDIA's documented Ubuntu steps are refused: "
+                "cuda-drivers-%(b)s pulls nvidia-driver-%(b)s, whose nvidia-dkms-%(b)s is the "
+                "proprietary module, and its nvidia-kernel-source-%(b)s ships files that "
+                "nvidia-kernel-open-%(b)s also ships (AWS's procedure adds dpkg "
+                "--force-overwrite), so apt ends with both flavours and DKMS builds the "
+                "proprietary one" % {"b": b}
+            )
+            fix = (
+                "use driver.flavor proprietary, or preinstall Canonical's "
+                "nvidia-driver-%s-open (adopted when it satisfies the stack)" % b
+            )
+        elif wrong:
+            status = self.bad
+            msg = "the %s flavour's module package is installed: %s (apt chose it)" % (
+                other, " ".join(wrong))
+            fix = "remove %s, then %s" % (" ".join(wrong), self.fix)
+        elif right and loaded == other and ds.get("userspace") == g.get("driver_version"):
+            status = self.bad
+            msg = "the loaded module is the %s one although the %s flavour is installed" % (
+                other, flavor)
+            fix = "reboot, or rebuild the module (dkms autoinstall), then %s" % self.fix
+        self.add(
+            "driver.flavor",
+            status,
+            "%s kernel modules installed and loaded%s" % (
+                flavor, "; every GPU Turing or newer" if flavor == "open" else ""),
+            actual,
+            msg,
+            fix,
+        )
 
     # ------------------------------------------------------------------ CUDA toolkit
     def cuda(self) -> None:
@@ -1608,7 +1708,38 @@ def _foreign_cuda_dir(path: str, cuda: str) -> bool:
     """A path inside another CUDA toolkit's directory (/usr/local/cuda-11.3/...): not the stack's
     version, nor its major-version alias (/usr/local/cuda-12) or /usr/local/cuda."""
     m = re.match(r"^/usr/local/cuda-(\d+(?:\.\d+)?)/", path)
-    return bool(m) and m.group(1) not in (cuda, cuda.split(".", maxsplit=1)[0])
+    return m is not None and m.group(1) not in (cuda, cuda.split(".", maxsplit=1)[0])
+
+
+OPEN_MODULE_RE = re.compile(
+    r"^(nvidia-dkms-\d+(-server)?-open|nvidia-kernel-open-\d+|"
+    r"nvidia-kernel-source-\d+(-server)?-open|linux-modules-nvidia-\d+(-server)?-open-\d.*|"
+    r"nvidia-kernel-open-dkms|kmod-nvidia-open-dkms)$"
+)
+PROPRIETARY_MODULE_RE = re.compile(
+    r"^(nvidia-dkms-\d+(-server)?|nvidia-kernel-source-\d+(-server)?|"
+    r"linux-modules-nvidia-\d+(-server)?-\d.*|nvidia-kernel-dkms|kmod-nvidia-latest-dkms)$"
+)
+
+
+def kernel_module_flavour(name: str) -> str:
+    """Which kernel module flavour a package builds or ships: open, proprietary or "" (U1: the
+    -open packages of Canonical's control; D1, R1/R3: Debian's and EL's module package names)."""
+    if OPEN_MODULE_RE.match(name):
+        return "open"
+    if PROPRIETARY_MODULE_RE.match(name):
+        return "proprietary"
+    return ""
+
+
+def loaded_module_flavour(version_file: str) -> str:
+    """/proc/driver/nvidia/version -> open ("NVIDIA UNIX Open Kernel Module for x86_64"),
+    proprietary ("NVIDIA UNIX x86_64 Kernel Module"), or "" when no module is loaded."""
+    if "Open Kernel Module" in version_file:
+        return "open"
+    if "Kernel Module" in version_file:
+        return "proprietary"
+    return ""
 
 
 def profile_script(cuda: str) -> str:

@@ -269,10 +269,11 @@ def judge(
     desired: dict[str, Any] | None = None,
     *,
     check_mode: bool = False,
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """collect + evaluate, as the module does."""
+    """collect + evaluate, as the module does (params: extra module-computed parameters)."""
     desired = desired or stack()
-    params = {
+    probe_params: dict[str, Any] = {
         "disk_path": desired["preflight"]["disk_path"],
         "cuda_version": desired["cuda"]["version"],
         "env_profile_file": desired["env"]["profile_file"],
@@ -280,9 +281,10 @@ def judge(
         "pytorch_python": desired["pytorch"]["python"],
         "pytorch_venv": desired["pytorch"]["venv"],
     }
+    probe_params.update(params or {})
     facts = c.collect(
         ev.sections_for(components),
-        params,
+        probe_params,
         host,
         policy_names=lambda plat: [
             plat.toolkit_package(desired["cuda"]["version"]),
