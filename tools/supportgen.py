@@ -105,8 +105,8 @@ def readme_table(table: dict[str, Any], cuda: str) -> str:
     out = [
         README_BEGIN,
         f"| target | CUDA {cuda} in NVIDIA's repo | status (default stack) | what runs in this "
-        "project's lab | what rests on recorded evidence only |",
-        "|---|---|---|---|---|",
+        "project's lab | what rests on recorded evidence only | proved by |",
+        "|---|---|---|---|---|---|",
     ]
     for rel in table["releases"]:
         got = published(rows.get(rel["repo"]))
@@ -114,7 +114,7 @@ def readme_table(table: dict[str, Any], cuda: str) -> str:
                 "unconfirmed": "not found (unconfirmed)", "unknown": "not in the matrix"}[got]
         out.append(
             f"| {rel['os']} {rel['version']} | {repo} | {STATUS_TEXT[rel['status']]} | "
-            f"{rel['lab']} | {rel['evidence']} |"
+            f"{rel['lab']} | {rel['evidence']} | {rel.get('proved_by') or 'nothing yet'} |"
         )
     return "\n".join([*out, README_END])
 

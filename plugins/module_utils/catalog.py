@@ -198,12 +198,20 @@ CATALOG = {
         "remediation": "run `provision` on the host",
     },
     "env.ldconfig": {
-        "verifies": "ldconfig -p lists the CUDA libraries (ld.so.conf.d entry)",
-        "remediation": "run `provision` on the host",
+        "verifies": "ldconfig -p lists the CUDA libraries (ld.so.conf.d entry), the dynamic "
+        "linker resolves none of them from another CUDA toolkit's directory, and no "
+        "/etc/ld.so.conf.d file lists another CUDA's directory",
+        "remediation": "run `provision` (comments out other CUDA directories in "
+        "/etc/ld.so.conf.d and runs ldconfig)",
     },
     "env.path": {
         "verifies": "a login shell finds the stack's nvcc first on PATH (/etc/profile.d)",
         "remediation": "run `provision` on the host",
+    },
+    "env.user_shell_files": {
+        "verifies": "no shell file of the named users (gpu_stack_env_users: ~/.bashrc, "
+        "~/.profile, ...) exports another CUDA toolkit's bin or lib64 (names the file and line)",
+        "remediation": "edit the named file and line (provision never edits a user's dotfiles)",
     },
     "nccl.hold": {
         "verifies": "the NCCL packages are held",
@@ -235,6 +243,11 @@ CATALOG = {
         "verifies": "Debian only: Debian's archive entries include contrib, which "
         "NVIDIA's Debian driver packages depend on",
         "remediation": "run `provision` on the host (it adds contrib)",
+    },
+    "repo.driver_build": {
+        "verifies": "Debian: NVIDIA's repository carries nvidia-driver-cuda at the stack's "
+        "branch (or exact version), asked with apt-cache policy after the repository is set up",
+        "remediation": "choose a driver branch or version the repository carries",
     },
     "repo.key": {
         "verifies": "Debian family: the keyring apt checks NVIDIA's repository with "

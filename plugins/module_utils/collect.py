@@ -11,6 +11,7 @@ from __future__ import absolute_import, annotations, division, print_function
 
 import json
 import os
+import pwd
 import re
 import time
 from typing import Any, Callable
@@ -71,10 +72,10 @@ OTHER_ENV_FILES = (
     "/etc/environment",
     "/etc/profile",
     "/etc/bash.bashrc",
-    "/root/.bashrc",
-    "/root/.profile",
-    "/root/.bash_profile",
 )
+# The login and interactive shell files of the users the site names (gpu_stack_env_users; default
+# the SSH user and root): read for another CUDA's paths, named by file and line, never edited.
+USER_SHELL_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile")
 LOCK_FILES = {
     "apt": (
         "/var/lib/dpkg/lock-frontend",
@@ -132,6 +133,13 @@ class HostIO(object):
 
     def realpath(self, path: str) -> str:
         return os.path.realpath(path)
+
+    def home(self, user: str) -> str | None:
+        """The user's home directory (the passwd database), None for an unknown user."""
+        try:
+            return pwd.getpwnam(user).pw_dir
+        except KeyError:
+            return None
 
     def free_bytes(self, path: str) -> int | None:
         try:
@@ -285,7 +293,9 @@ def sources_section(io: HostIO, plat: Platform) -> dict[str, Any]:
 
 def dnf_available_section(io: HostIO, repo_id: str, package: str) -> dict[str, Any]:
     rc, out, err = io.run(
-        ["dnf", "-q", "--repo", repo_id, "list", "--available", "--showduplicates", package],
+        # repoquery, not `list --available`: that one hides the installed build, so a rerun
+        # against a mirror carrying only that build found nothing in the repository
+        ["dnf", "-q", "--repo", repo_id, "repoquery", package],
         timeout=300,
     )
     return {"rc": rc, "stdout": out[-4000:], "stderr": err[-2000:]}
@@ -325,6 +335,18 @@ def env_section(io: HostIO, params: dict[str, Any]) -> dict[str, Any]:
         text = io.read(path)
         if text is not None and "cuda" in text:
             files[path] = text
+    user_files: dict[str, str] = {}  # path -> text, of the named users' shell files
+    owners: dict[str, str] = {}  # path -> user
+    for user in params.get("env_users") or ["root"]:
+        home = io.home(str(user))
+        if not home:
+            continue
+        for name in USER_SHELL_FILES:
+            path = home.rstrip("/") + "/" + name
+            text = io.read(path)
+            if text is not None and "cuda" in text and path not in files:
+                user_files[path] = text
+                owners.setdefault(path, str(user))
     ldconf: dict[str, str] = {}
     for name in io.listdir("/etc/ld.so.conf.d"):
         text = io.read("/etc/ld.so.conf.d/" + name)
@@ -344,8 +366,16 @@ def env_section(io: HostIO, params: dict[str, Any]) -> dict[str, Any]:
     shell = p.parse_login_shell(out)
     rc, out, _err = io.run(["ldconfig", "-p"])
     libs = sorted({m.group(0) for m in CUDA_LIB_RE.finditer(out)}) if rc == 0 else []
+    resolved = {
+        name: path
+        for name, path in p.parse_ldconfig_p(out if rc == 0 else "").items()
+        if CUDA_LIB_RE.match(name)
+    }
     return {
         "files": files,
+        "user_files": user_files,
+        "user_file_owners": owners,
+        "ldconfig_resolved": resolved,
         "ldconf": ldconf,
         "managed_profile": managed,
         "shell": shell,
@@ -371,6 +401,7 @@ def kernel_section(io: HostIO, plat: Platform) -> dict[str, Any]:
     return {
         "loaded": [m for m in modules if m.startswith(("nvidia", "nouveau"))],
         "proc_modules_readable": io.exists("/proc/modules"),
+        "nvidia_version": io.read("/proc/driver/nvidia/version") or "",
         "kernels": kernels,
         "nvidia_ko": ko,
         "default_kernel": default,

@@ -438,14 +438,14 @@ class Judge(Context):
         return lines
 
     # ------------------------------------------------------------------ repository
-    def _repo_key_check(self, src: dict[str, Any]) -> None:
+    def _repo_key_check(self, src: dict[str, Any], old_key_kept_for: list[str]) -> None:
         """The keyring apt verifies NVIDIA's repository with holds the expected key: cuda-keyring
         comes over HTTPS from the mirror, and whoever controls the mirror controls the keyring."""
         wanted = [
             str(f).replace(" ", "").upper()
             for f in (self.stack.get("repo") or {}).get("key_fingerprints") or []
         ]
-        if src.get("old_key"):
+        if src.get("old_key") and src.get("apt_key") and not old_key_kept_for:
             self.add(
                 "repo.key",
                 self.bad,
@@ -534,6 +534,15 @@ class Judge(Context):
         }
         self._package_state_check()
         if plat.apt:
+            old_key_users = [
+                "%s:%d" % (path, n)
+                for path, text in sorted(files.items())
+                for n, ln in enumerate(text.splitlines(), 1)
+                if ln.strip().startswith("deb")
+                and "download.nvidia.com/" in ln
+                and url not in ln
+                and "signed-by" not in ln.lower()
+            ]
             list_file = "/etc/apt/sources.list.d/cuda-%s-%s.list" % (plat.repo_dir, plat.arch_dir)
             keyring = "/usr/share/keyrings/cuda-archive-keyring.gpg"
             plan.update(
@@ -543,8 +552,12 @@ class Judge(Context):
                     "keyring_deb": "%s/cuda-keyring_%s_all.deb"
                     % (url, (self.stack.get("repo") or {}).get("keyring_version") or "1.1-1"),
                     "keyring_installed": "cuda-keyring" in self.installed,
-                    # NVIDIA rotated its apt key 7fa2af80 out in 2022 (apt-key del 7fa2af80)
-                    "remove_old_key": bool(src.get("apt_key") and src.get("old_key")),
+                    # NVIDIA rotated its apt key 7fa2af80 out in 2022 (apt-key del 7fa2af80);
+                    # kept while another NVIDIA entry without signed-by (the machine-learning
+                    # repository) still verifies against apt's trusted keys
+                    "remove_old_key": bool(src.get("apt_key") and src.get("old_key"))
+                    and not old_key_users,
+                    "old_key_kept_for": old_key_users,
                 }
             )
             entries = 0
@@ -593,7 +606,8 @@ class Judge(Context):
             )
             if plat.family == "debian":
                 self._debian_contrib_check(files)
-            self._repo_key_check(src)
+                self._debian_driver_build(url, entries == 1)
+            self._repo_key_check(src, plan.get("old_key_kept_for") or [])
         elif plat.family == "redhat":
             repo_id = "cuda-%s-%s" % (plat.repo_dir, plat.arch_dir)
             plan.update(
@@ -667,6 +681,43 @@ class Judge(Context):
                 rewrites.append({"path": path, "content": "\n".join(lines) + "\n"})
         return rewrites
 
+    def _debian_driver_build(self, url: str, configured: bool) -> None:
+        """Debian: the path needs NVIDIA's nvidia-driver-cuda at the stack's branch (or exact
+        version); no public listing confirms a 535 build for debian11, so the repository is asked
+        (apt-cache policy) and the run stops with the reason when it carries none."""
+        d = self.drv()
+        b, v = str(d.get("branch")), str(d.get("version") or "")
+        pol = self.section("policy").get("nvidia-driver-cuda") or {}
+        builds = sorted(
+            {
+                upstream_version(ver["version"])
+                for ver in pol.get("versions") or []
+                if any(url in src for src in ver.get("sources") or [])
+            }
+        )
+        fits = [x for x in builds if (x == v if v else x.split(".")[0] == b)]
+        want = "nvidia-driver-cuda %s in %s/" % (v or ("%s.*" % b), url)
+        if not configured or not pol:
+            status, msg = "skip", "asked once the repository is configured (apt-get update)"
+        elif fits:
+            status, msg = "pass", "the repository carries %s" % " ".join(fits)
+        else:
+            status = "fail"
+            msg = (
+                "NVIDIA's repository carries no %s build of nvidia-driver-cuda (it has: %s): "
+                "nothing of the driver was installed; choose a branch or version it carries"
+                % (v or "branch " + b, " ".join(builds) or "none")
+            )
+        self.add(
+            "repo.driver_build",
+            status,
+            want,
+            " ".join(builds) or "none",
+            msg,
+            "set driver.branch/driver.version to a build the repository carries "
+            "(apt-cache policy nvidia-driver-cuda)",
+        )
+
     def _debian_contrib_check(self, files: dict[str, str]) -> None:
         one_line = self._debian_archive_lines(files)
         deb822 = [
@@ -714,18 +765,7 @@ class Judge(Context):
             "enrol a MOK key at the console or use signed modules, then set "
             "gpu_stack_secure_boot_signed=true",
         )
-        turing = g.get("turing_or_newer")
-        if flavor == "open":
-            self.add(
-                "driver.flavor",
-                "fail" if turing is False else "pass",
-                "open kernel modules: every GPU Turing or newer",
-                "GPUs older than Turing" if turing is False else "Turing or newer",
-                "the open flavour needs compute capability >= 7.5"
-                if turing is False
-                else "open modules supported",
-                "use driver.flavor proprietary",
-            )
+        self._driver_flavor(flavor, ds, adopted)
         branch_ok = ds["branch"] == b and not ds["other_branch"]
         self.add(
             "driver.branch",
@@ -1164,6 +1204,67 @@ class Judge(Context):
             "main_package": ds["main"],
         }
 
+    def _driver_flavor(self, flavor: str, ds: dict[str, Any], adopted: bool) -> None:
+        """driver.flavor: the open flavour's refusals (pre-Turing GPUs; NVIDIA's documented
+        Ubuntu steps), then the flavour really installed (the kernel module packages) and loaded
+        (/proc/driver/nvidia/version says "Open Kernel Module" for the open one)."""
+        g = self.gpu
+        b = str(self.drv().get("branch"))
+        turing = g.get("turing_or_newer")
+        inst = self.installed
+        kinds = {n: kernel_module_flavour(n) for n in inst}
+        has_open = sorted(n for n, k in kinds.items() if k == "open")
+        has_prop = sorted(n for n, k in kinds.items() if k == "proprietary")
+        loaded = loaded_module_flavour(self.section("kernel").get("nvidia_version") or "")
+        other = "proprietary" if flavor == "open" else "open"
+        wrong = has_prop if flavor == "open" else has_open
+        right = has_open if flavor == "open" else has_prop
+        actual = "installed: %s; loaded: %s" % (
+            "open (%s)" % " ".join(has_open) if has_open and not has_prop
+            else "proprietary (%s)" % " ".join(has_prop) if has_prop and not has_open
+            else "both flavours (%s)" % " ".join(has_open + has_prop) if has_open
+            else "no kernel module package",
+            loaded or "unknown",
+        )
+        status, msg, fix = "pass", "%s kernel modules" % flavor, self.fix
+        if flavor == "open" and turing is False:
+            status, actual = "fail", "GPUs older than Turing; " + actual
+            msg, fix = "the open flavour needs compute capability >= 7.5", (
+                "use driver.flavor proprietary")
+        elif flavor == "open" and self.plat.family == "ubuntu" and not adopted:
+            status = "fail"
+            msg = (
+                "open kernel modules through NVIDIA's documented Ubuntu steps are refused: "
+                "cuda-drivers-%(b)s pulls nvidia-driver-%(b)s, whose nvidia-dkms-%(b)s is the "
+                "proprietary module, and its nvidia-kernel-source-%(b)s ships files that "
+                "nvidia-kernel-open-%(b)s also ships (AWS's procedure adds dpkg "
+                "--force-overwrite), so apt ends with both flavours and DKMS builds the "
+                "proprietary one" % {"b": b}
+            )
+            fix = (
+                "use driver.flavor proprietary, or preinstall Canonical's "
+                "nvidia-driver-%s-open (adopted when it satisfies the stack)" % b
+            )
+        elif wrong:
+            status = self.bad
+            msg = "the %s flavour's module package is installed: %s (apt chose it)" % (
+                other, " ".join(wrong))
+            fix = "remove %s, then %s" % (" ".join(wrong), self.fix)
+        elif right and loaded == other and ds.get("userspace") == g.get("driver_version"):
+            status = self.bad
+            msg = "the loaded module is the %s one although the %s flavour is installed" % (
+                other, flavor)
+            fix = "reboot, or rebuild the module (dkms autoinstall), then %s" % self.fix
+        self.add(
+            "driver.flavor",
+            status,
+            "%s kernel modules installed and loaded%s" % (
+                flavor, "; every GPU Turing or newer" if flavor == "open" else ""),
+            actual,
+            msg,
+            fix,
+        )
+
     # ------------------------------------------------------------------ CUDA toolkit
     def cuda(self) -> None:
         plat = self.plat
@@ -1216,13 +1317,18 @@ class Judge(Context):
                 ("cuda-%s" % major, "/usr/local/cuda-%s" % major),
             ):
                 info = alt.get(name) or {}
+                # /usr/local/cuda replaced by hand (`ln -sfn /usr/local/cuda-11.3 /usr/local/cuda`)
+                # leaves the alternatives database at the stack's toolkit: --set then rewrites the
+                # link (update-alternatives repairs a master link that no longer points into
+                # /etc/alternatives), so a link that resolves elsewhere is set again
+                relink = name == "cuda" and link != prefix
                 alternatives.append(
                     {
                         "name": name,
                         "link": linkpath,
                         "path": prefix,
                         "register": prefix not in (info.get("choices") or {}),
-                        "set": info.get("current") != prefix,
+                        "set": info.get("current") != prefix or relink,
                     }
                 )
         spec = tk
@@ -1344,6 +1450,7 @@ class Judge(Context):
             else "only CUDA %s paths" % cuda,
             "; ".join(remedies) or self.fix,
         )
+        self._env_user_files(e, cuda)
         nvcc = shell.get("nvcc") or ""
         release = shell.get("nvcc_release")
         dangling = shell.get("missing") or []
@@ -1391,14 +1498,58 @@ class Judge(Context):
         libs = cfg.get("verify_libraries") or ["libcudart.so.12", "libcudnn", "libnccl"]
         have = e.get("ldconfig") or []
         missing = [lib for lib in libs if not any(h.startswith(lib) for h in have)]
+        # what the dynamic linker really resolves: a library of the same SONAME in another
+        # toolkit's directory listed first wins, whatever else the cache lists
+        resolved = e.get("ldconfig_resolved") or {}
+        wrong = sorted(
+            "%s => %s" % (name, path)
+            for name, path in resolved.items()
+            if _foreign_cuda_dir(path, cuda)
+        )
+        major = cuda.split(".", maxsplit=1)[0]
+        foreign_ld = [  # (file, line number, line, version)
+            (path, n, line.strip(), version)
+            for path, text in sorted((e.get("ldconf") or {}).items())
+            if path != ldconf
+            for n, line, version in p.cuda_dirs_in_ld_conf(text)
+            if version not in (cuda, major)
+        ]
+        ld_where = "; ".join("%s:%d lists %s" % (f[0], f[1], f[2]) for f in foreign_ld)
+        problems = (
+            (["missing: " + ", ".join(missing)] if missing else [])
+            + (["resolved from another CUDA: " + ", ".join(wrong)] if wrong else [])
+            + (["another CUDA's directory in the linker path: " + ld_where] if foreign_ld else [])
+        )
         self.add(
             "env.ldconfig",
-            "pass" if not missing else self.bad,
-            "ldconfig -p lists %s" % ", ".join(libs),
-            ("missing: " + ", ".join(missing)) if missing else "all listed",
+            "pass" if not problems else self.bad,
+            "ldconfig -p lists %s, each resolved outside other CUDA toolkits' directories; no "
+            "other CUDA's directory in /etc/ld.so.conf.d" % ", ".join(libs),
+            "; ".join(problems) if problems else "all listed",
             "dynamic linker cache",
-            self.fix,
+            (
+                "%s (it comments out the other CUDA's directories in /etc/ld.so.conf.d and runs "
+                "ldconfig)" % self.fix
+            )
+            if foreign_ld and switch
+            else (("edit " + ", ".join("%s line %d" % (f[0], f[1]) for f in foreign_ld))
+                  if foreign_ld else self.fix),
         )
+        neutralize_ld = []
+        for path in sorted({f[0] for f in foreign_ld}) if switch else []:
+            numbers = {f[1] for f in foreign_ld if f[0] == path}
+            lines = (e.get("ldconf") or {})[path].splitlines()
+            neutralize_ld.append(
+                {
+                    "path": path,
+                    "content": "\n".join(
+                        ("# provision: other CUDA directory disabled (stack CUDA %s): %s"
+                         % (cuda, ln)) if i + 1 in numbers else ln
+                        for i, ln in enumerate(lines)
+                    )
+                    + "\n",
+                }
+            )
         neutralize = []
         for path in sorted({f[0] for f in ours}):
             lines = files[path].splitlines()
@@ -1418,8 +1569,40 @@ class Judge(Context):
             "ldconf_file": ldconf,
             "ldconf_content": ld_content,
             "neutralize": neutralize,
+            "neutralize_ldconf": neutralize_ld,
             "blocked": ["%s:%d: %s" % (f[0], f[1], f[2]) for f in blocked],
         }
+
+    def _env_user_files(self, e: dict[str, Any], cuda: str) -> None:
+        """Another CUDA's paths in the named users' shell files (the multi-GPU guides'
+        `export PATH=/usr/local/cuda-11.3/bin...` in ~/.bashrc): drift named by file and line
+        with the exact edit, in a run as in a check; the role never edits a user's dotfile."""
+        owners = e.get("user_file_owners") or {}
+        found = []  # (path, line number, line, versions)
+        for path, text in sorted((e.get("user_files") or {}).items()):
+            for n, line, versions in p.cuda_paths_in(text):
+                others = [x for x in versions if x and x != cuda]
+                if others:
+                    found.append((path, n, line.strip(), others))
+        where = "; ".join(
+            "%s:%d (user %s) sets %s"
+            % (f[0], f[1], owners.get(f[0], "?"), ", ".join("/usr/local/cuda-" + x for x in f[3]))
+            for f in found
+        )
+        self.add(
+            "env.user_shell_files",
+            "pass" if not found else "drift",
+            "no named user's shell file exports another CUDA toolkit's bin or lib64",
+            where or "none",
+            ("another CUDA's paths in users' shell files (not edited by provision): %s" % where)
+            if found
+            else "only CUDA %s paths" % cuda,
+            "; ".join(
+                "edit %s line %d: delete `%s` (%s sets CUDA %s for login shells)"
+                % (f[0], f[1], f[2], e.get("managed_profile") or "/etc/profile.d/cuda.sh", cuda)
+                for f in found
+            ),
+        )
 
     # ------------------------------------------------------------------ PyTorch
     def pytorch(self) -> None:
@@ -1577,6 +1760,44 @@ def cudnn_text(value: Any) -> str | None:  # noqa: ANN401 - torch returns int or
     if n >= 10000:
         return "%d.%d.%d" % (n // 10000, (n % 10000) // 100, n % 100)
     return "%d.%d.%d" % (n // 1000, (n % 1000) // 100, n % 100)
+
+
+def _foreign_cuda_dir(path: str, cuda: str) -> bool:
+    """A path inside another CUDA toolkit's directory (/usr/local/cuda-11.3/...): not the stack's
+    version, nor its major-version alias (/usr/local/cuda-12) or /usr/local/cuda."""
+    m = re.match(r"^/usr/local/cuda-(\d+(?:\.\d+)?)/", path)
+    return m is not None and m.group(1) not in (cuda, cuda.split(".", maxsplit=1)[0])
+
+
+OPEN_MODULE_RE = re.compile(
+    r"^(nvidia-dkms-\d+(-server)?-open|nvidia-kernel-open-\d+|"
+    r"nvidia-kernel-source-\d+(-server)?-open|linux-modules-nvidia-\d+(-server)?-open-\d.*|"
+    r"nvidia-kernel-open-dkms|kmod-nvidia-open-dkms)$"
+)
+PROPRIETARY_MODULE_RE = re.compile(
+    r"^(nvidia-dkms-\d+(-server)?|nvidia-kernel-source-\d+(-server)?|"
+    r"linux-modules-nvidia-\d+(-server)?-\d.*|nvidia-kernel-dkms|kmod-nvidia-latest-dkms)$"
+)
+
+
+def kernel_module_flavour(name: str) -> str:
+    """Which kernel module flavour a package builds or ships: open, proprietary or "" (U1: the
+    -open packages of Canonical's control; D1, R1/R3: Debian's and EL's module package names)."""
+    if OPEN_MODULE_RE.match(name):
+        return "open"
+    if PROPRIETARY_MODULE_RE.match(name):
+        return "proprietary"
+    return ""
+
+
+def loaded_module_flavour(version_file: str) -> str:
+    """/proc/driver/nvidia/version -> open ("NVIDIA UNIX Open Kernel Module for x86_64"),
+    proprietary ("NVIDIA UNIX x86_64 Kernel Module"), or "" when no module is loaded."""
+    if "Open Kernel Module" in version_file:
+        return "open"
+    if "Kernel Module" in version_file:
+        return "proprietary"
+    return ""
 
 
 def profile_script(cuda: str) -> str:

@@ -366,6 +366,41 @@ def cuda_paths_in(text: str) -> list[tuple[int, str, list[str]]]:
     return found
 
 
+LDCONFIG_ENTRY_RE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$")
+
+
+def parse_ldconfig_p(text: str) -> dict[str, str]:
+    """`ldconfig -p` -> {soname: path} of the entry the dynamic linker resolves: the first one
+    listed for a 64-bit ABI (x86-64, AArch64), else the first listed (the cache is searched in
+    the order ldconfig prints it)."""
+    first: dict[str, str] = {}
+    wide: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        m = LDCONFIG_ENTRY_RE.match(line)
+        if not m:
+            continue
+        name, flags, path = m.groups()
+        first.setdefault(name, path)
+        if "x86-64" in flags or "AArch64" in flags or "aarch64" in flags:
+            wide.setdefault(name, path)
+    first.update(wide)
+    return first
+
+
+LD_CONF_CUDA_RE = re.compile(r"^\s*/usr/local/cuda-(\d+(?:\.\d+)?)(?:/|$)")
+
+
+def cuda_dirs_in_ld_conf(text: str) -> list[tuple[int, str, str]]:
+    """Lines of an /etc/ld.so.conf.d file naming a versioned CUDA directory:
+    [(line number, line, version)]; comments and other lines are left out."""
+    found: list[tuple[int, str, str]] = []
+    for n, line in enumerate((text or "").splitlines(), 1):
+        m = LD_CONF_CUDA_RE.match(line)
+        if m and not line.strip().startswith("#"):
+            found.append((n, line, m.group(1)))
+    return found
+
+
 # ------------------------------------------------------------------------------ first boot/locks
 
 

@@ -12,6 +12,10 @@ the source next to it:
      dstackai/dstack#2355 (cuda-drivers-535 has only >= dependencies: pinning it pins nothing).
   U3 NVIDIA/apt-packaging-fabric-manager:debian/templates/control.in, NVIDIA/gpu-driver-container:
      ubuntu22.04/install.sh (nvidia-fabricmanager-<B>=<V>-1, libnvidia-nscq-<B>=<V>-1).
+  U4 Ubuntu kernel release cycle (https://ubuntu.com/about/release-cycle#ubuntu-kernel-release-cycle:
+     GA kernels 5.4 for 20.04, 5.15 for 22.04, 6.8 for 24.04; later series are HWE kernels);
+     dpkg listings of 22.04 hosts on 6.8.0-*-generic with linux-headers-generic-hwe-22.04
+     6.8.0-*~22.04.1 beside linux-headers-generic 5.15.0.* (public forum threads, P).
   D1 GoogleCloudDataproc/initialization-actions#1400 and gpu/install_gpu_driver.sh (Debian:
      nvidia-driver-cuda with nvidia-kernel-dkms / nvidia-kernel-open-dkms; contrib),
      NVIDIA/nvidia-docker#1791 (cuda-drivers pulls nvidia-driver on Debian).
@@ -57,6 +61,9 @@ REFUSED = {
 }
 # END GENERATED SUPPORT
 ARCH_DIRS = {"x86_64": "x86_64", "aarch64": "sbsa"}
+# Ubuntu LTS general-availability kernel series; a newer series on the release is its hardware
+# enablement (HWE) kernel: meta packages linux-{image,headers}-<flavour>-hwe-<release> (U4)
+UBUNTU_GA_KERNELS = {"20.04": "5.4", "22.04": "5.15", "24.04": "6.8"}
 
 
 class Platform(object):
@@ -276,9 +283,19 @@ class Platform(object):
         out = ["linux-headers-%s" % self.kernel]
         flavour = kernel_flavour(self.kernel)
         if flavour:
-            out.append("linux-headers-%s" % flavour)
+            out.append("linux-headers-%s" % self.headers_meta(flavour))
         out.append("dkms")
         return out
+
+    def headers_meta(self, flavour: str) -> str:
+        """The headers meta package's flavour part: a 22.04 HWE kernel (6.8.0-*-generic, not the
+        GA 5.15) follows linux-headers-generic-hwe-22.04; the GA meta package would pull the GA
+        kernel's headers, and DKMS would miss the HWE kernels updates bring (U4)."""
+        ga = UBUNTU_GA_KERNELS.get(self.version) if self.family == "ubuntu" else None
+        series = ".".join(self.kernel.split(".")[:2])
+        if ga and flavour in ("generic", "lowlatency") and series != ga:
+            return "%s-hwe-%s" % (flavour, self.version)
+        return flavour
 
     def headers_dir(self) -> str:
         if self.family == "redhat":

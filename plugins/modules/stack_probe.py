@@ -215,6 +215,7 @@ def main():
         "disk_path": (stack.get("preflight") or {}).get("disk_path"),
         "cuda_version": (stack.get("cuda") or {}).get("version"),
         "env_profile_file": (stack.get("env") or {}).get("profile_file"),
+        "env_users": (stack.get("env") or {}).get("users") or ["root"],
         "pytorch_python": (stack.get("pytorch") or {}).get("python"),
         "pytorch_venv": (stack.get("pytorch") or {}).get("venv"),
     }

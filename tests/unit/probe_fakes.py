@@ -49,6 +49,7 @@ class FakeHost(c.HostIO):
         self.bytes: dict[str, bytes] = {}
         self.dirs: set[str] = {"/", "/usr/local", f"/lib/modules/{kernel}"}
         self.links: dict[str, str] = {}
+        self.homes: dict[str, str] = {"root": "/root"}  # the passwd database
         self.commands: dict[str, tuple[int, str, str]] = {}
         self.binaries: set[str] = {
             "dpkg-query",
@@ -102,6 +103,9 @@ class FakeHost(c.HostIO):
 
     def readlink(self, path: str) -> str | None:
         return self.links.get(path)
+
+    def home(self, user: str) -> str | None:
+        return self.homes.get(user)
 
     def realpath(self, path: str) -> str:
         seen = 0
@@ -265,19 +269,22 @@ def judge(
     desired: dict[str, Any] | None = None,
     *,
     check_mode: bool = False,
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """collect + evaluate, as the module does."""
+    """collect + evaluate, as the module does (params: extra module-computed parameters)."""
     desired = desired or stack()
-    params = {
+    probe_params: dict[str, Any] = {
         "disk_path": desired["preflight"]["disk_path"],
         "cuda_version": desired["cuda"]["version"],
         "env_profile_file": desired["env"]["profile_file"],
+        "env_users": desired["env"].get("users") or ["root"],
         "pytorch_python": desired["pytorch"]["python"],
         "pytorch_venv": desired["pytorch"]["venv"],
     }
+    probe_params.update(params or {})
     facts = c.collect(
         ev.sections_for(components),
-        params,
+        probe_params,
         host,
         policy_names=lambda plat: [
             plat.toolkit_package(desired["cuda"]["version"]),

@@ -267,7 +267,8 @@ def test_matrix_warnings() -> None:
     noble = pf.ProbeResult(
         host="h", address="h", port=22, os_id="ubuntu", os_version="24.04", arch="x86_64"
     )
-    assert "unconfirmed" in pf.matrix_warnings(noble, distros, [], "12.1")[0]
+    # issue 20 item 4: NVIDIA publishes no CUDA 12.1 for ubuntu2404 either
+    assert "publishes no CUDA 12.1 packages" in pf.matrix_warnings(noble, distros, [], "12.1")[0]
     ubu = pf.ProbeResult(
         host="h", address="h", port=22, os_id="ubuntu", os_version="22.04", arch="x86_64"
     )

@@ -7,6 +7,7 @@ from captured outputs where captures exist.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import probe_fakes as pf
 from ansible_collections.provision.gpu.plugins.module_utils import collect as c
@@ -232,10 +233,15 @@ def test_kernel_headers_include_the_flavour_meta_package() -> None:
         ("6.8.0-1015-aws", "linux-headers-aws"),
         ("6.5.0-1020-azure", "linux-headers-azure"),
         ("6.1.0-13-amd64", "linux-headers-amd64"),
+        # issue 20 item 9: a 22.04 HWE kernel follows the HWE meta package, not the GA one
+        ("6.8.0-60-generic", "linux-headers-generic-hwe-22.04"),
+        ("6.5.0-14-lowlatency", "linux-headers-lowlatency-hwe-22.04"),
     ):
         plan = judge(FakeHost(kernel=kernel).gpus(), ["driver"])["plan"]["driver"]
         assert f"linux-headers-{kernel}" in plan["kernel_packages"], kernel
         assert meta in plan["kernel_packages"], kernel
+    hwe = judge(FakeHost(kernel="6.8.0-60-generic").gpus(), ["driver"])["plan"]["driver"]
+    assert "linux-headers-generic" not in hwe["kernel_packages"]
     el = judge(FakeHost(pf.ROCKY_9, kernel="5.14.0-427.el9.x86_64").gpus(), ["driver"])
     assert "kernel-devel-matched" in el["plan"]["driver"]["kernel_packages"]
 
@@ -691,3 +697,46 @@ def test_pytorch_wheels_are_verified_by_the_index_or_the_stacks_hashes() -> None
     assert check["status"] == "fail" and "unverified" in check["message"]
     assert "mirrors.pytorch_hashes" in check["remediation"]
     assert bare["plan"]["pytorch"]["install"] == []
+
+
+def test_old_key_stays_while_a_machine_learning_entry_still_uses_it(monkeypatch: Any) -> None:
+    """Issue 20 item 9: NVIDIA's rotated key 7fa2af80 is removed only when apt still trusts it and
+    no other NVIDIA entry without signed-by (the machine-learning repository of the pre-2022
+    guides) depends on it; while it is trusted and unused, repo.key says so."""
+    h = FakeHost().gpus()
+    h.binaries.update({"apt-key", "gpg"})
+    assert judge(h, ["repo"])["plan"]["repo"]["remove_old_key"] is False  # not trusted: nothing
+    h.bytes["/etc/apt/trusted.gpg"] = b"a keyring"
+    h.files["/etc/apt/trusted.gpg"] = ""
+    real = c.p.openpgp_fingerprints
+    monkeypatch.setattr(c.p, "openpgp_fingerprints", lambda data: (
+        ["AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80"] if data == b"a keyring" else real(data)))
+    r = judge(h, ["repo"], check_mode=True)
+    assert r["plan"]["repo"]["remove_old_key"] is True
+    assert r["by_id"]["repo.key"]["status"] == "drift", r["by_id"]["repo.key"]
+    h.files["/etc/apt/sources.list.d/nvidia-ml.list"] = (
+        "deb https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu2204/"
+        "x86_64 /\n"
+    )
+    plan = judge(h, ["repo"])["plan"]["repo"]
+    assert plan["remove_old_key"] is False
+    assert plan["old_key_kept_for"] == ["/etc/apt/sources.list.d/nvidia-ml.list:1"]
+
+
+def test_el9_repository_check_passes_on_a_rerun_against_a_one_build_mirror() -> None:
+    """Issue 20 item 9: `dnf list --available` hides the installed build, so on a rerun against a
+    mirror carrying only that build repo.source failed; the probe asks `dnf repoquery`, which lists
+    the repository's packages whether installed or not."""
+    h = FakeHost(pf.ROCKY_9).gpus()
+    repo = "/etc/yum.repos.d/cuda-rhel9-x86_64.repo"
+    h.files[repo] = (
+        "[cuda-rhel9-x86_64]\nbaseurl=https://developer.download.nvidia.com/compute/cuda/repos/"
+        "rhel9/x86_64/\n"
+    )
+    h.commands["dnf -q --repo cuda-rhel9-x86_64 repoquery cuda-toolkit-12-1"] = (
+        0, "cuda-toolkit-12-1-0:12.1.1-1.x86_64\n", "")
+    params = {"repo_id": "cuda-rhel9-x86_64"}  # as stack_probe adds it on EL
+    check = judge(h, ["repo"], params=params)["by_id"]["repo.source"]
+    assert check["status"] == "pass", check
+    asked = [a for a in h.ran if a[:1] == ["dnf"]]
+    assert asked and "repoquery" in asked[0] and "--available" not in asked[0], asked

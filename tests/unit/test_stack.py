@@ -248,7 +248,7 @@ def test_to_extravars_produces_exactly_the_role_variables() -> None:
     # where NVIDIA publishes the stack's CUDA: the preflight role stops a host where it does not
     assert ev["gpu_stack_cuda_distros"]["debian12/x86_64"] == "absent"
     assert ev["gpu_stack_cuda_distros"]["ubuntu2204/x86_64"] == "published"
-    assert ev["gpu_stack_cuda_distros"]["ubuntu2404/x86_64"] == "unconfirmed"
+    assert ev["gpu_stack_cuda_distros"]["ubuntu2404/x86_64"] == "absent"  # issue 20 item 4
     # the Python range of the stack's torch wheels (matrix), for preflight; none for CPU builds
     assert ev["gpu_stack_pytorch_python_range"] == ["3.9", "3.12"]
     old = stack.resolve({"pytorch": {"version": "2.1.2", "torchvision": "0.16.2"}})
