@@ -10,6 +10,7 @@ import re
 
 import probe_fakes as pf
 from ansible_collections.provision.gpu.plugins.module_utils import collect as c
+from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
 from ansible_collections.provision.gpu.plugins.module_utils.evaluate import profile_script
 from probe_fakes import FakeHost, judge, stack
 
@@ -590,6 +591,33 @@ def test_an_interrupted_dpkg_is_repaired_first() -> None:
     h2 = FakeHost().gpus().dpkg({"cuda-keyring": "1.1-1"})
     h2.files["/var/lib/dpkg/updates/0001"] = "journal entry"
     assert judge(h2, ["repo"])["plan"]["repo"]["dpkg_repair"]
+
+
+def test_a_half_installed_package_is_reinstalled_at_the_version_dpkg_was_unpacking() -> None:
+    """A power cut during `dpkg --unpack` leaves the package half-installed with the reinst-required
+    flag (`dpkg-query` abbreviation "iHR", or "iUR" when the flag is set on an unpacked one): dpkg
+    and `apt-get --fix-broken install` refuse to configure it ("package is in a very bad
+    inconsistent state; you should reinstall it"), so both plans reinstall it at that version."""
+    status = (
+        "cuda-keyring|1.1-1|ii \n"
+        "nvidia-kernel-source-535|535.129.03-0ubuntu1|iHR\n"
+        "libnvidia-gl-535|535.129.03-0ubuntu1|iUR\n"
+        "libnvidia-common-535|535.129.03-0ubuntu1|iU \n"
+    )
+    parsed = p.parse_dpkg_query(status)
+    assert parsed["nvidia-kernel-source-535"]["reinstall"]
+    assert parsed["libnvidia-gl-535"]["reinstall"]
+    assert not parsed["libnvidia-common-535"]["reinstall"]  # unpacked: dpkg configures it
+    assert not parsed["cuda-keyring"]["reinstall"] and not parsed["cuda-keyring"]["broken"]
+    h = FakeHost().gpus()
+    h.commands["dpkg-query -W"] = (0, status, "")
+    r = judge(h, ["repo", "driver"])
+    want = ["libnvidia-gl-535=535.129.03-0ubuntu1", "nvidia-kernel-source-535=535.129.03-0ubuntu1"]
+    assert r["plan"]["repo"]["dpkg_reinstall"] == want
+    assert r["plan"]["driver"]["dpkg_reinstall"] == want
+    assert r["plan"]["repo"]["dpkg_repair"]
+    clean = FakeHost().gpus().dpkg({"cuda-keyring": "1.1-1"})
+    assert judge(clean, ["repo"])["plan"]["repo"]["dpkg_reinstall"] == []
 
 
 def test_kernel_headers_unknown_before_the_first_apt_update_do_not_stop_the_host() -> None:
