@@ -12,6 +12,11 @@ the source next to it:
      dstackai/dstack#2355 (cuda-drivers-535 has only >= dependencies: pinning it pins nothing).
   U3 NVIDIA/apt-packaging-fabric-manager:debian/templates/control.in, NVIDIA/gpu-driver-container:
      ubuntu22.04/install.sh (nvidia-fabricmanager-<B>=<V>-1, libnvidia-nscq-<B>=<V>-1).
+  U4 Debian/apt:apt-pkg/policy.cc (pkgPolicy::CreatePin: a version takes the pin of the first
+     specific record that matches it, "the first specific stanza for a package is the ruler");
+     the Release files' Origin fields: Ubuntu in
+     http://archive.ubuntu.com/ubuntu/dists/jammy-updates/Release, Debian in
+     http://deb.debian.org/debian/dists/bookworm/Release.
   D1 GoogleCloudDataproc/initialization-actions#1400 and gpu/install_gpu_driver.sh (Debian:
      nvidia-driver-cuda with nvidia-kernel-dkms / nvidia-kernel-open-dkms; contrib),
      NVIDIA/nvidia-docker#1791 (cuda-drivers pulls nvidia-driver on Debian).
@@ -163,6 +168,8 @@ class Platform(object):
                 r"kernel-source|kernel-open|fabricmanager|fabricmanager-dev)-\d+(-server)?(-open)?|"
                 r"nvidia-firmware-\d+(-server)?-[0-9.]+|"
                 r"libnvidia-(compute|common|gl|extra|decode|encode|cfg1|fbc1|nscq)-\d+(-server)?|"
+                # from 580 the fabric manager and NSCQ names carry no branch (U3)
+                r"nvidia-fabricmanager(-dev)?|libnvidia-nscq|"
                 r"xserver-xorg-video-nvidia-\d+(-server)?|"
                 r"linux-(modules|objects|signatures)-nvidia-.*)$"
             )
@@ -240,20 +247,34 @@ class Platform(object):
                 % (version, " ".join(only), pin)
             )
         if self.family == "ubuntu":
+            # from 580 the fabric manager and NSCQ are unversioned names (U3): pinned with the rest,
+            # or apt installs the newest branch's (590) beside a 580 driver
+            unversioned = ""
+            if int(branch) >= 580:
+                unversioned = "|nvidia-fabricmanager(-dev)?|libnvidia-nscq"
             names = (
                 r"/^(cuda-drivers(-fabricmanager)?-%(b)s|nvidia-.*-%(b)s(-open)?|libnvidia-.*-%(b)s|"
                 r"xserver-xorg-video-nvidia-%(b)s|nvidia-firmware-%(b)s-.*|nvidia-modprobe|"
-                r"nvidia-settings|libxnvctrl0)$/" % {"b": branch}
+                r"nvidia-settings|libxnvctrl0%(u)s)$/" % {"b": branch, "u": unversioned}
             )
+            distro = "Ubuntu"
         else:
             names = (
                 r"/^(cuda-drivers.*|nvidia-.*|libnvidia-.*|libcuda1|libgl1-nvidia-glvnd-glx|"
                 r"libglx-nvidia0|libegl-nvidia0|firmware-nvidia-gsp|xserver-xorg-video-nvidia)$/"
             )
+            distro = "Debian"
+        # By origin too (U4): the distribution's own builds of the same names (Canonical's 535 in
+        # jammy-updates, Debian's in non-free) match the version pin as well, and apt would take
+        # the newest of them: the driver from the distribution and the fabric manager from NVIDIA
+        # at another version, which refuses to start. apt gives a version the priority of the
+        # first specific record that matches it, so the distribution's builds are never (-1).
         return (
-            "# Managed by provision (nvidia_driver role): the NVIDIA driver %s\n"
+            "# Managed by provision (nvidia_driver role): the NVIDIA driver %s from NVIDIA's "
+            "repository\n"
+            "Package: %s\nPin: release o=%s\nPin-Priority: -1\n\n"
             "Package: %s\nPin: %s\nPin-Priority: 1001\n"
-            % ("version " + version if version else "branch " + branch, names, pin)
+            % ("version " + version if version else "branch " + branch, names, distro, names, pin)
         )
 
     # --------------------------------------------------------------------------- kernel

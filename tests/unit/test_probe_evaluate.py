@@ -118,6 +118,49 @@ def test_pinned_version_pins_every_component_by_apt_preferences() -> None:
     assert not re.match(regex, "nvidia-driver-550")
 
 
+def test_the_pin_takes_the_driver_from_nvidia_never_from_the_distribution() -> None:
+    """Issue 20 item 1: Canonical's newer 535 build in jammy-updates matches `Pin: version 535.*`
+    too, and apt took the driver from it and the fabric manager from NVIDIA at another version.
+    apt gives a version the priority of the first specific record that matches it
+    (Debian/apt:apt-pkg/policy.cc), so the distribution's builds come first, at -1, for the same
+    names; NVIDIA's versions then take the 1001 record."""
+    for os_release, distro in ((pf.UBUNTU_2204, "Ubuntu"), (pf.DEBIAN_11, "Debian")):
+        pin = judge(FakeHost(os_release).gpus(), ["driver"])["plan"]["driver"]["pin_content"]
+        records = [r for r in pin.split("\n\n") if r.strip()]
+        assert len(records) == 2, pin
+        first, second = (dict(ln.split(": ", 1) for ln in r.splitlines() if ": " in ln
+                              and not ln.startswith("#")) for r in records)
+        assert first == {"Package": second["Package"], "Pin": f"release o={distro}",
+                         "Pin-Priority": "-1"}, pin
+        assert second["Pin"] == "version 535.*" and second["Pin-Priority"] == "1001", pin
+
+
+def test_from_580_the_unversioned_fabric_manager_is_pinned_and_held() -> None:
+    """Issue 20 item 2: from 580 NVIDIA ships `nvidia-fabricmanager` and `libnvidia-nscq` without
+    the branch in the name; the pin and the holds cover them (else apt installs 590's beside a
+    580 driver), and below 580 the pin is as before."""
+    v580 = "580.65.06"
+    pkgs = {
+        "cuda-drivers-580": f"{v580}-1",
+        "nvidia-driver-580": f"{v580}-0ubuntu1",
+        "libnvidia-compute-580": f"{v580}-0ubuntu1",
+        "nvidia-fabricmanager": f"{v580}-1",
+        "libnvidia-nscq": f"{v580}-1",
+    }
+    h = FakeHost().gpus(v580).dpkg(pkgs)
+    r = judge(h, ["driver"], stack(**{"driver.branch": "580"}))
+    plan = r["plan"]["driver"]
+    regex = re.search(r"^Package: /(.*)/$", plan["pin_content"], re.M).group(1)
+    for name in ("nvidia-fabricmanager", "nvidia-fabricmanager-dev", "libnvidia-nscq",
+                 "nvidia-driver-580", "libnvidia-compute-580"):
+        assert re.match(regex, name), name
+    assert "Pin: version 580.*" in plan["pin_content"]
+    assert {"nvidia-fabricmanager", "libnvidia-nscq"} <= set(plan["hold"]), plan["hold"]
+    assert plan["transactions"][-1][-2:] == ["nvidia-fabricmanager", "libnvidia-nscq"]
+    old = judge(FakeHost().gpus(), ["driver"])["plan"]["driver"]["pin_content"]
+    assert "nvidia-fabricmanager(-dev)?|" not in old and "libnvidia-nscq)" not in old
+
+
 def test_version_change_unholds_and_flags_drift() -> None:
     h = ubuntu_with_driver()
     r = judge(h, ["driver"], stack(**{"driver.version": V_NEW}), check_mode=True)
