@@ -14,9 +14,8 @@ the source next to it:
      ubuntu22.04/install.sh (nvidia-fabricmanager-<B>=<V>-1, libnvidia-nscq-<B>=<V>-1).
   U4 Debian/apt:apt-pkg/policy.cc (pkgPolicy::CreatePin: a version takes the pin of the first
      specific record that matches it, "the first specific stanza for a package is the ruler");
-     the Release files' Origin fields: Ubuntu in
-     http://archive.ubuntu.com/ubuntu/dists/jammy-updates/Release, Debian in
-     http://deb.debian.org/debian/dists/bookworm/Release.
+     the Release file's Origin field: Ubuntu in
+     http://archive.ubuntu.com/ubuntu/dists/jammy-updates/Release.
   D1 GoogleCloudDataproc/initialization-actions#1400 and gpu/install_gpu_driver.sh (Debian:
      nvidia-driver-cuda with nvidia-kernel-dkms / nvidia-kernel-open-dkms; contrib),
      NVIDIA/nvidia-docker#1791 (cuda-drivers pulls nvidia-driver on Debian).
@@ -257,24 +256,24 @@ class Platform(object):
                 r"xserver-xorg-video-nvidia-%(b)s|nvidia-firmware-%(b)s-.*|nvidia-modprobe|"
                 r"nvidia-settings|libxnvctrl0%(u)s)$/" % {"b": branch, "u": unversioned}
             )
-            distro = "Ubuntu"
         else:
             names = (
                 r"/^(cuda-drivers.*|nvidia-.*|libnvidia-.*|libcuda1|libgl1-nvidia-glvnd-glx|"
                 r"libglx-nvidia0|libegl-nvidia0|firmware-nvidia-gsp|xserver-xorg-video-nvidia)$/"
             )
-            distro = "Debian"
-        # By origin too (U4): the distribution's own builds of the same names (Canonical's 535 in
-        # jammy-updates, Debian's in non-free) match the version pin as well, and apt would take
-        # the newest of them: the driver from the distribution and the fabric manager from NVIDIA
-        # at another version, which refuses to start. apt gives a version the priority of the
-        # first specific record that matches it, so the distribution's builds are never (-1).
+        # By origin too on Ubuntu (U4): Canonical's own builds of the same names (535 in
+        # jammy-updates) match the version pin as well, and apt would take the newest of them: the
+        # driver from Canonical and the fabric manager from NVIDIA at another version, which refuses
+        # to start. apt gives a version the priority of the first specific record that matches it,
+        # so Canonical's builds come first, at -1. Not on Debian: NVIDIA's packages there need
+        # Debian's own contrib helpers of these names (nvidia-kernel-common 20151021).
+        origin = ""
+        if self.family == "ubuntu":
+            origin = "Package: %s\nPin: release o=Ubuntu\nPin-Priority: -1\n\n" % names
         return (
-            "# Managed by provision (nvidia_driver role): the NVIDIA driver %s from NVIDIA's "
-            "repository\n"
-            "Package: %s\nPin: release o=%s\nPin-Priority: -1\n\n"
+            "# Managed by provision (nvidia_driver role): the NVIDIA driver %s\n%s"
             "Package: %s\nPin: %s\nPin-Priority: 1001\n"
-            % ("version " + version if version else "branch " + branch, names, distro, names, pin)
+            % ("version " + version if version else "branch " + branch, origin, names, pin)
         )
 
     # --------------------------------------------------------------------------- kernel
