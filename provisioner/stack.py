@@ -9,6 +9,7 @@ warnings, unless the mirror declares it carries them (`mirrors.nvidia_repo_carri
 from __future__ import annotations
 
 import copy
+import datetime
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -323,6 +324,32 @@ def _rule_driver(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, An
         warnings.append(f"driver.flavor open: supported only on GPUs of {archs}")
 
 
+def _today() -> datetime.date:
+    return datetime.date.today()
+
+
+def _rule_branch_support(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
+                         errors: list[str], warnings: list[str]) -> None:
+    """A branch past NVIDIA's end of support still runs, but gets no bug or security fixes: a
+    warning naming the date and its source, and the supported branches to choose instead."""
+    branches = matrix.get("driver", {}).get("branches") or {}
+    branch = str(data["driver"]["branch"])
+    info = branches.get(branch)
+    month = _today().strftime("%Y-%m")
+    if not info or str(info["end_of_support"]) >= month:
+        return
+    supported = [
+        f"{b} ({v['kind']}, supported until {v['end_of_support']})"
+        for b, v in sorted(branches.items())
+        if str(v["end_of_support"]) >= month and int(b) >= int(branch)
+    ]
+    warnings.append(
+        f"driver branch {branch} is past NVIDIA's end of support ({info['kind']}, support ended "
+        f"{info['end_of_support']}: {' '.join(str(info['source']).split())}); it gets no bug or "
+        f"security fixes; choose a supported branch: {', '.join(supported) or 'none known'}"
+    )
+
+
 def _rule_libraries(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, Any],
                     errors: list[str], warnings: list[str]) -> None:
     cuda = str(data["cuda"]["version"])
@@ -543,8 +570,8 @@ def _rule_hashes(data: dict[str, Any], row: dict[str, Any], matrix: dict[str, An
             )
 
 
-RULES = (_rule_driver, _rule_libraries, _rule_pytorch, _rule_validation, _rule_distros,
-         _rule_venv, _rule_hashes)
+RULES = (_rule_driver, _rule_branch_support, _rule_libraries, _rule_pytorch, _rule_validation,
+         _rule_distros, _rule_venv, _rule_hashes)
 
 
 def _rules(data: dict[str, Any], matrix: dict[str, Any]) -> tuple[list[str], list[str]]:

@@ -222,13 +222,15 @@ def packages_section(io: HostIO, plat: Platform) -> dict[str, Any]:
     wanted = {n: v for n, v in pkgs.items() if PACKAGE_RE.match(n)}
     # an install cut short (lost SSH connection, Ctrl-C, a reboot): dpkg's journal has entries or
     # packages are half-configured; apt then refuses to work until `dpkg --configure -a`
-    broken = sorted(n for n, v in pkgs.items() if v.get("broken"))
+    broken = sorted(n for n, v in pkgs.items() if v.get("broken") or v.get("reinstall"))
     interrupted = plat.apt and (bool(io.listdir("/var/lib/dpkg/updates")) or bool(broken))
     return {
         "installed": wanted,
         "held": [h for h in holds if PACKAGE_RE.match(h)],
         "interrupted": interrupted,
         "broken": broken,
+        # name -> the version dpkg was unpacking (what a reinstall must put back)
+        "reinstall": {n: v["version"] for n, v in sorted(pkgs.items()) if v.get("reinstall")},
     }
 
 

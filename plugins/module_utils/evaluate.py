@@ -96,6 +96,13 @@ class Judge(Context):
         """An earlier install was cut short: the roles run `dpkg --configure -a` first."""
         return bool(self.section("packages").get("interrupted"))
 
+    def dpkg_reinstall(self) -> list[str]:
+        """Packages an unpack cut short left half-installed or reinst-required: `dpkg --configure`
+        and `apt-get --fix-broken install` refuse them; the roles reinstall them at the version dpkg
+        was unpacking (`name=version`, or the bare name when dpkg recorded no version)."""
+        found = self.section("packages").get("reinstall") or {}
+        return ["%s=%s" % (n, v) if v else str(n) for n, v in sorted(found.items())]
+
     def headers_required(self) -> bool:
         """Kernel headers (running kernel + the flavour's meta) and DKMS: with kernel modules
         managed, or when gpu_stack_kernel_headers says so."""
@@ -531,6 +538,7 @@ class Judge(Context):
             "remove": [],
             "rewrite": [],
             "dpkg_repair": self.dpkg_interrupted(),
+            "dpkg_reinstall": self.dpkg_reinstall(),
         }
         self._package_state_check()
         if plat.apt:
@@ -1180,6 +1188,7 @@ class Judge(Context):
             )
         return {
             "dpkg_repair": self.dpkg_interrupted(),
+            "dpkg_reinstall": self.dpkg_reinstall(),
             "adopted": adopted,
             "resync": resync,
             "change": change or replace,

@@ -63,6 +63,10 @@ def parse_dpkg_query(text: str) -> dict[str, dict[str, Any]]:
             "status": abbrev.strip() or "?",
             # "U" unpacked, "F" half-configured, "H" half-installed, "W"/"t" trigger states
             "broken": abbrev[1] in "UFHWt",
+            # half-installed, or the reinst-required flag ("R"): an unpack cut short (a power cut
+            # during `dpkg --unpack`); dpkg refuses to configure it ("package is in a very bad
+            # inconsistent state; you should reinstall it") and only a reinstall repairs it
+            "reinstall": abbrev[1] == "H" or abbrev[2] == "R",
         }
     return out
 

@@ -16,6 +16,10 @@ the source next to it:
      GA kernels 5.4 for 20.04, 5.15 for 22.04, 6.8 for 24.04; later series are HWE kernels);
      dpkg listings of 22.04 hosts on 6.8.0-*-generic with linux-headers-generic-hwe-22.04
      6.8.0-*~22.04.1 beside linux-headers-generic 5.15.0.* (public forum threads, P).
+  U5 Debian/apt:apt-pkg/policy.cc (pkgPolicy::CreatePin: a version takes the pin of the first
+     specific record that matches it, "the first specific stanza for a package is the ruler");
+     the Release file's Origin field: Ubuntu in
+     http://archive.ubuntu.com/ubuntu/dists/jammy-updates/Release.
   D1 GoogleCloudDataproc/initialization-actions#1400 and gpu/install_gpu_driver.sh (Debian:
      nvidia-driver-cuda with nvidia-kernel-dkms / nvidia-kernel-open-dkms; contrib),
      NVIDIA/nvidia-docker#1791 (cuda-drivers pulls nvidia-driver on Debian).
@@ -178,6 +182,8 @@ class Platform(object):
                 r"kernel-source|kernel-open|fabricmanager|fabricmanager-dev)-\d+(-server)?(-open)?|"
                 r"nvidia-firmware-\d+(-server)?-[0-9.]+|"
                 r"libnvidia-(compute|common|gl|extra|decode|encode|cfg1|fbc1|nscq)-\d+(-server)?|"
+                # from 580 the fabric manager and NSCQ names carry no branch (U3)
+                r"nvidia-fabricmanager(-dev)?|libnvidia-nscq|"
                 r"xserver-xorg-video-nvidia-\d+(-server)?|"
                 r"linux-(modules|objects|signatures)-nvidia-.*)$"
             )
@@ -255,20 +261,34 @@ class Platform(object):
                 % (version, " ".join(only), pin)
             )
         if self.family == "ubuntu":
+            # from 580 the fabric manager and NSCQ are unversioned names (U3): pinned with the rest,
+            # or apt installs the newest branch's (590) beside a 580 driver
+            unversioned = ""
+            if int(branch) >= 580:
+                unversioned = "|nvidia-fabricmanager(-dev)?|libnvidia-nscq"
             names = (
                 r"/^(cuda-drivers(-fabricmanager)?-%(b)s|nvidia-.*-%(b)s(-open)?|libnvidia-.*-%(b)s|"
                 r"xserver-xorg-video-nvidia-%(b)s|nvidia-firmware-%(b)s-.*|nvidia-modprobe|"
-                r"nvidia-settings|libxnvctrl0)$/" % {"b": branch}
+                r"nvidia-settings|libxnvctrl0%(u)s)$/" % {"b": branch, "u": unversioned}
             )
         else:
             names = (
                 r"/^(cuda-drivers.*|nvidia-.*|libnvidia-.*|libcuda1|libgl1-nvidia-glvnd-glx|"
                 r"libglx-nvidia0|libegl-nvidia0|firmware-nvidia-gsp|xserver-xorg-video-nvidia)$/"
             )
+        # By origin too on Ubuntu (U5): Canonical's own builds of the same names (535 in
+        # jammy-updates) match the version pin as well, and apt would take the newest of them: the
+        # driver from Canonical and the fabric manager from NVIDIA at another version, which refuses
+        # to start. apt gives a version the priority of the first specific record that matches it,
+        # so Canonical's builds come first, at -1. Not on Debian: NVIDIA's packages there need
+        # Debian's own contrib helpers of these names (nvidia-kernel-common 20151021).
+        origin = ""
+        if self.family == "ubuntu":
+            origin = "Package: %s\nPin: release o=Ubuntu\nPin-Priority: -1\n\n" % names
         return (
-            "# Managed by provision (nvidia_driver role): the NVIDIA driver %s\n"
+            "# Managed by provision (nvidia_driver role): the NVIDIA driver %s\n%s"
             "Package: %s\nPin: %s\nPin-Priority: 1001\n"
-            % ("version " + version if version else "branch " + branch, names, pin)
+            % ("version " + version if version else "branch " + branch, origin, names, pin)
         )
 
     # --------------------------------------------------------------------------- kernel

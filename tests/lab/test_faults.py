@@ -37,6 +37,7 @@ from provisioner import runner
 SKIP = ("--skip-tags", "pytorch,validation")
 LOCK = "/var/lib/provision/run.lock"
 REPAIR = "changed | nvidia_repo : Finish an interrupted dpkg run"
+REINSTALL = "changed | nvidia_repo : Reinstall what a cut unpack left half-installed"
 # NVIDIA's driver packages and what the driver transaction brings with them
 DRIVER_PACKAGES = r"nvidia|cuda-drivers|libxnvctrl"
 
@@ -199,14 +200,24 @@ def converge(node: Any, work: Path, report: str, *extra: str) -> str:
 
 
 def remove_driver(node: Any) -> None:
-    """Take the driver off a converged host, and apt's downloaded archives: the next run downloads
-    and installs it again (a fault can then hit the driver transaction)."""
+    """Take the driver off a host, and apt's downloaded archives: the next run downloads and
+    installs it again (a fault can then hit the driver transaction). Works on a host an earlier
+    test left broken too: dpkg's journal is finished first, and packages a cut unpack left
+    half-installed (reinst-required, which `apt-get purge` refuses) are purged by dpkg first."""
     sh(node, f"""
 set -e
 export DEBIAN_FRONTEND=noninteractive
-pkgs=$(dpkg-query -W -f='${{Package}}\\n' | grep -E '{DRIVER_PACKAGES}' || true)
-apt-mark unhold $pkgs >/dev/null
-apt-get purge -y -q $pkgs >/dev/null
+dpkg --configure -a >/dev/null 2>&1 || true
+bad=$(dpkg-query -W -f='${{db:Status-Abbrev}}|${{Package}}\\n' \\
+      | awk -F'|' 'substr($1, 2, 1) == "H" || substr($1, 3, 1) == "R" {{print $2}}')
+[ -z "$bad" ] || dpkg --purge --force-remove-reinstreq --force-depends $bad >/dev/null
+pkgs=$(dpkg-query -W -f='${{db:Status-Abbrev}}|${{Package}}\\n' \\
+       | awk -F'|' '$1 !~ /^[up]n/ {{print $2}}' | grep -E '{DRIVER_PACKAGES}' || true)
+if [ -n "$pkgs" ]; then
+    apt-mark unhold $pkgs >/dev/null
+    apt-get purge -y -q $pkgs >/dev/null
+fi
+apt-get -y -q --fix-broken install >/dev/null
 apt-get clean
 rm -f /var/tmp/provision-fault-*
 """)
@@ -441,6 +452,34 @@ def test_host_reboots_in_the_middle_of_the_driver_install(node: Any, work: Path)
     assert "-e gpu_stack_lock_takeover=true" in lock["remediation"], lock
     out = converge(node, work, "after-reboot", "-e", "gpu_stack_lock_takeover=true")
     assert REPAIR in out, out[-6000:]
+
+
+def test_a_package_a_power_cut_left_half_installed_is_reinstalled(node: Any, work: Path) -> None:
+    """A power cut during `dpkg --unpack` of one driver package: dpkg's database then records it
+    `install reinstreq half-installed` (what dpkg writes before it extracts the files), which
+    neither `dpkg --configure -a` nor `apt-get --fix-broken install` repairs ("package is in a
+    very bad inconsistent state; you should reinstall it"). The next run names it interrupted,
+    reinstalls it at the same version and converges. The state is written as dpkg writes it
+    rather than by timing a cut, so the test does not depend on which package dpkg was unpacking
+    when the power went."""
+    victim = "nvidia-kernel-source-535"
+    version = sh(node, f"dpkg-query -W -f='${{Version}}' {victim}").strip()
+    assert version, f"{victim} is not installed on the converged host"
+    status = host_file(node, "/var/lib/dpkg/status")
+    text, n = re.subn(
+        rf"(Package: {victim}\n(?:.+\n)*?Status: )(\w+) ok installed",
+        r"\1\2 reinstreq half-installed", status.read_text(encoding="utf-8"),
+    )
+    assert n == 1, n
+    status.write_text(text, encoding="utf-8")
+    state = sh(node, f"dpkg-query -W -f='${{db:Status-Abbrev}}' {victim}")
+    assert state[1:3] == "HR", state
+    assert victim in audit(node)
+    out = converge(node, work, "half-installed")
+    assert REINSTALL in out, out[-6000:]
+    after = sh(node, f"dpkg-query -W -f='${{db:Status-Abbrev}}|${{Version}}' {victim}")
+    state, again = after.split("|")
+    assert state[1:] == "i " and again == version, after
 
 
 def _alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 import probe_fakes as pf
 from ansible_collections.provision.gpu.plugins.module_utils import collect as c
+from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
 from ansible_collections.provision.gpu.plugins.module_utils.evaluate import profile_script
 from probe_fakes import FakeHost, judge, stack
 
@@ -116,6 +117,51 @@ def test_pinned_version_pins_every_component_by_apt_preferences() -> None:
     ):
         assert re.match(regex, name), name
     assert not re.match(regex, "nvidia-driver-550")
+
+
+def test_the_pin_takes_the_driver_from_nvidia_never_from_the_distribution() -> None:
+    """Issue 20 item 1: Canonical's newer 535 build in jammy-updates matches `Pin: version 535.*`
+    too, and apt took the driver from it and the fabric manager from NVIDIA at another version.
+    apt gives a version the priority of the first specific record that matches it
+    (Debian/apt:apt-pkg/policy.cc), so Canonical's builds come first, at -1, for the same names;
+    NVIDIA's versions then take the 1001 record."""
+    pin = judge(FakeHost().gpus(), ["driver"])["plan"]["driver"]["pin_content"]
+    records = [r for r in pin.split("\n\n") if r.strip()]
+    assert len(records) == 2, pin
+    first, second = (dict(ln.split(": ", 1) for ln in r.splitlines() if ": " in ln
+                          and not ln.startswith("#")) for r in records)
+    assert first == {"Package": second["Package"], "Pin": "release o=Ubuntu",
+                     "Pin-Priority": "-1"}, pin
+    assert second["Pin"] == "version 535.*" and second["Pin-Priority"] == "1001", pin
+    # not on Debian: NVIDIA's packages need Debian's nvidia-kernel-common (20151021) of these names
+    deb = judge(FakeHost(pf.DEBIAN_11).gpus(), ["driver"])["plan"]["driver"]["pin_content"]
+    assert "o=Debian" not in deb and "Pin-Priority: -1" not in deb, deb
+
+
+def test_from_580_the_unversioned_fabric_manager_is_pinned_and_held() -> None:
+    """Issue 20 item 2: from 580 NVIDIA ships `nvidia-fabricmanager` and `libnvidia-nscq` without
+    the branch in the name; the pin and the holds cover them (else apt installs 590's beside a
+    580 driver), and below 580 the pin is as before."""
+    v580 = "580.65.06"
+    pkgs = {
+        "cuda-drivers-580": f"{v580}-1",
+        "nvidia-driver-580": f"{v580}-0ubuntu1",
+        "libnvidia-compute-580": f"{v580}-0ubuntu1",
+        "nvidia-fabricmanager": f"{v580}-1",
+        "libnvidia-nscq": f"{v580}-1",
+    }
+    h = FakeHost().gpus(v580).dpkg(pkgs)
+    r = judge(h, ["driver"], stack(**{"driver.branch": "580"}))
+    plan = r["plan"]["driver"]
+    regex = re.search(r"^Package: /(.*)/$", plan["pin_content"], re.M).group(1)
+    for name in ("nvidia-fabricmanager", "nvidia-fabricmanager-dev", "libnvidia-nscq",
+                 "nvidia-driver-580", "libnvidia-compute-580"):
+        assert re.match(regex, name), name
+    assert "Pin: version 580.*" in plan["pin_content"]
+    assert {"nvidia-fabricmanager", "libnvidia-nscq"} <= set(plan["hold"]), plan["hold"]
+    assert plan["transactions"][-1][-2:] == ["nvidia-fabricmanager", "libnvidia-nscq"]
+    old = judge(FakeHost().gpus(), ["driver"])["plan"]["driver"]["pin_content"]
+    assert "nvidia-fabricmanager(-dev)?|" not in old and "libnvidia-nscq)" not in old
 
 
 def test_version_change_unholds_and_flags_drift() -> None:
@@ -596,6 +642,33 @@ def test_an_interrupted_dpkg_is_repaired_first() -> None:
     h2 = FakeHost().gpus().dpkg({"cuda-keyring": "1.1-1"})
     h2.files["/var/lib/dpkg/updates/0001"] = "journal entry"
     assert judge(h2, ["repo"])["plan"]["repo"]["dpkg_repair"]
+
+
+def test_a_half_installed_package_is_reinstalled_at_the_version_dpkg_was_unpacking() -> None:
+    """A power cut during `dpkg --unpack` leaves the package half-installed with the reinst-required
+    flag (`dpkg-query` abbreviation "iHR", or "iUR" when the flag is set on an unpacked one): dpkg
+    and `apt-get --fix-broken install` refuse to configure it ("package is in a very bad
+    inconsistent state; you should reinstall it"), so both plans reinstall it at that version."""
+    status = (
+        "cuda-keyring|1.1-1|ii \n"
+        "nvidia-kernel-source-535|535.129.03-0ubuntu1|iHR\n"
+        "libnvidia-gl-535|535.129.03-0ubuntu1|iUR\n"
+        "libnvidia-common-535|535.129.03-0ubuntu1|iU \n"
+    )
+    parsed = p.parse_dpkg_query(status)
+    assert parsed["nvidia-kernel-source-535"]["reinstall"]
+    assert parsed["libnvidia-gl-535"]["reinstall"]
+    assert not parsed["libnvidia-common-535"]["reinstall"]  # unpacked: dpkg configures it
+    assert not parsed["cuda-keyring"]["reinstall"] and not parsed["cuda-keyring"]["broken"]
+    h = FakeHost().gpus()
+    h.commands["dpkg-query -W"] = (0, status, "")
+    r = judge(h, ["repo", "driver"])
+    want = ["libnvidia-gl-535=535.129.03-0ubuntu1", "nvidia-kernel-source-535=535.129.03-0ubuntu1"]
+    assert r["plan"]["repo"]["dpkg_reinstall"] == want
+    assert r["plan"]["driver"]["dpkg_reinstall"] == want
+    assert r["plan"]["repo"]["dpkg_repair"]
+    clean = FakeHost().gpus().dpkg({"cuda-keyring": "1.1-1"})
+    assert judge(clean, ["repo"])["plan"]["repo"]["dpkg_reinstall"] == []
 
 
 def test_kernel_headers_unknown_before_the_first_apt_update_do_not_stop_the_host() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import datetime
 import re
 from pathlib import Path
 
@@ -22,7 +23,8 @@ def _err(user: dict) -> str:
     return str(info.value.message)
 
 
-def test_default_stack_is_the_issue_default() -> None:
+def test_default_stack_is_the_issue_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stack, "_today", lambda: datetime.date(2026, 6, 30))  # R535 supported
     s = stack.load(None)
     d = s.data
     assert d["driver"] == {
@@ -41,6 +43,31 @@ def test_default_stack_is_the_issue_default() -> None:
     assert s.distro_warning is not None
     assert "ubuntu2404/x86_64" in s.distro_warning
     assert "ubuntu2404/x86_64" in s.distro_warning
+
+
+def test_a_branch_past_nvidias_end_of_support_is_a_warning_naming_date_source_and_choices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 20 item 3: R535 support ended June 2026 (NVIDIA's supported-drivers page, in the
+    matrix with its source): from July 2026 a stack on 535 warns in `stack validate` and before
+    every run, naming the date, the source and the supported branches; 535 stays selectable."""
+    branches = stack.load_matrix()["driver"]["branches"]
+    assert branches["535"]["end_of_support"] == "2026-06"
+    assert branches["580"]["end_of_support"] == "2028-06"
+    for b, row in branches.items():
+        assert row["source"].startswith("https://docs.nvidia.com/"), b
+        assert row["confidence"] in ("C", "P", "U"), b
+    monkeypatch.setattr(stack, "_today", lambda: datetime.date(2026, 7, 1))
+    on_535 = stack.resolve({"driver": {"branch": "535"}})
+    (warning,) = [w for w in on_535.warnings if "end of support" in w]
+    assert "driver branch 535 is past NVIDIA's end of support" in warning
+    assert "2026-06" in warning and "supported-drivers-and-cuda-toolkit-versions" in warning
+    assert "580 (LTSB, supported until 2028-06)" in warning
+    assert not [w for w in stack.resolve({"driver": {"branch": "580"}}).warnings
+                if "end of support" in w]
+    monkeypatch.setattr(stack, "_today", lambda: datetime.date(2026, 6, 30))
+    assert not [w for w in stack.resolve({"driver": {"branch": "535"}}).warnings
+                if "end of support" in w]
 
 
 def test_mirror_declaring_carries_silences_the_distro_warning() -> None:
