@@ -8,6 +8,7 @@ beside the evaluator that produces them.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,15 @@ class CheckInfo:
     role: str
     verifies: str
     remediation: str
+    # health checks: the most disruptive action of the ladder a finding can ask for
+    action: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        return {"id": self.id, "role": self.role, "verifies": self.verifies,
-                "remediation": self.remediation}
+        out = {"id": self.id, "role": self.role, "verifies": self.verifies,
+               "remediation": self.remediation}
+        if self.action:
+            out["action"] = self.action
+        return out
 
 
 def _role(cid: str) -> str:
@@ -52,8 +58,21 @@ def _entries(raw: object) -> list[CheckInfo]:
         verifies = v.get("verifies") or v.get("what") or v.get("description") or ""
         remediation = v.get("remediation") or v.get("fix") or ""
         out.append(CheckInfo(cid, str(v.get("role") or _role(cid)), str(verifies),
-                             str(remediation)))
+                             str(remediation), str(v.get("action") or "")))
     return out
+
+
+def _collections_path(plugins: Path) -> str | None:
+    """The directory holding ansible_collections/provision/gpu for this plugins/ directory: the
+    installed layout (.../ansible_collections/provision/gpu/plugins) or a checkout's
+    playbooks/collections link. None when neither is there."""
+    root = plugins.parent
+    if root.parent.name == "provision" and root.parent.parent.name == "ansible_collections":
+        return str(root.parent.parent.parent)
+    linked = root / "playbooks" / "collections"
+    if (linked / "ansible_collections" / "provision" / "gpu").is_dir():
+        return str(linked)
+    return None
 
 
 def from_collection(plugins: Path) -> list[CheckInfo] | None:
@@ -65,10 +84,18 @@ def from_collection(plugins: Path) -> list[CheckInfo] | None:
     if spec is None or spec.loader is None:
         return None
     module = importlib.util.module_from_spec(spec)
+    # the catalogue imports the collection's components (ansible_collections.provision.gpu): make
+    # the directory holding ansible_collections/ importable while it loads
+    added = _collections_path(plugins)
+    if added is not None:
+        sys.path.insert(0, added)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # any error in that code: a broken install
         raise SetupError(f"check catalogue {path} cannot be loaded: {exc}") from exc
+    finally:
+        if added is not None and added in sys.path:
+            sys.path.remove(added)
     for name in ("CATALOG", "CHECKS", "catalog"):
         raw = getattr(module, name, None)
         raw = raw() if callable(raw) else raw
