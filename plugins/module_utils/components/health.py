@@ -126,14 +126,19 @@ def _finding(
 
 
 def _report(
-    ctx: Context, cid: str, findings: list[dict[str, Any]], ok: str, expected: str
+    ctx: Context,
+    cid: str,
+    findings: list[dict[str, Any]],
+    ok: str,
+    expected: str,
+    status: str = "",
 ) -> None:
     spec = next(c for c in CHECKS if c.id == cid)
     if not findings:
         ctx.add(cid, "pass", expected, ok, ok, action="none", findings=[])
         return
     action = max((f["action"] for f in findings), key=_rank)
-    status = "pass" if _rank(action) <= _rank("monitor") else "fail"
+    status = status or ("pass" if _rank(action) <= _rank("monitor") else "fail")
     message = "; ".join(f["message"] for f in findings[:8])
     if len(findings) > 8:
         message += "; and %d more" % (len(findings) - 8)
@@ -472,12 +477,18 @@ def _driver_coherence(ctx: Context, gpu: dict[str, Any], health: dict[str, Any])
                 "the next reboot" % default,
             )
         )
+    # a module missing for the next kernel is a difference from the stack `provision` fixes
+    # (driver.next_boot names it too): drift in check mode; a loaded/userspace split is broken
+    only_next_boot = bool(findings) and all(
+        f["action"] == data.ACTION["driver_next_boot"] for f in findings
+    )
     _report(
         ctx,
         "health.driver_coherence",
         findings,
         "loaded %s = userspace %s" % (loaded or "?", userspace or "?"),
         "one driver version",
+        status=ctx.bad if only_next_boot else "",
     )
 
 
@@ -491,8 +502,25 @@ def judge(ctx: Context) -> None:
             _skip(ctx, spec.id, "no NVIDIA GPU on this host")
         return
     gpus = health.get("gpus") or []
-    _gpu_count(ctx, gpu, gpus)
     _xid(ctx, health, gpus)
+    _driver_coherence(ctx, gpu, health)
+    if gpu.get("state") != "ok":
+        # no driver answering (not installed, not loaded, mismatch): the driver.* checks and
+        # health.driver_coherence say why; the GPUs cannot be judged
+        why = "nvidia-smi does not answer (%s)" % (gpu.get("message") or gpu.get("state"))
+        for cid in (
+            "health.gpu_count",
+            "health.ecc",
+            "health.row_remap",
+            "health.pcie_link",
+            "health.throttle",
+            "health.nvlink",
+            "health.fabric",
+        ):
+            _skip(ctx, cid, why)
+        _worst(ctx)
+        return
+    _gpu_count(ctx, gpu, gpus)
     if gpus:
         _ecc(ctx, gpus)
         _row_remap(ctx, gpus)
@@ -504,7 +532,10 @@ def judge(ctx: Context) -> None:
             _skip(ctx, cid, why)
     _nvlink(ctx, gpu, health)
     _fabric(ctx, gpu, gpus)
-    _driver_coherence(ctx, gpu, health)
+    _worst(ctx)
+
+
+def _worst(ctx: Context) -> None:
     worst = max(
         (str(c.get("action") or "none") for c in ctx.checks if c["id"].startswith("health.")),
         key=_rank,
