@@ -338,19 +338,23 @@ def _throttle(ctx: Context, gpus: list[dict[str, Any]]) -> None:
     findings = []
     for g in gpus:
         ref = _gpu_ref(g)
-        for reason in g.get("throttle_active") or []:
-            action = data.ACTION[
-                "throttle_sw_thermal" if reason == "SW Thermal Slowdown" else "throttle_hw"
-            ]
-            findings.append(
-                _finding(
-                    ref,
-                    "%s active" % reason,
-                    "not active",
-                    action,
-                    "%s: %s active" % (_name(ref), reason),
-                )
-            )
+        reasons = list(g.get("throttle_active") or [])
+        if not reasons:
+            continue
+        action = max(
+            (
+                data.ACTION[
+                    "throttle_sw_thermal" if r == "SW Thermal Slowdown" else "throttle_hw"
+                ]
+                for r in reasons
+            ),
+            key=_rank,
+        )
+        what = ", ".join(reasons)
+        findings.append(
+            _finding(ref, "%s active" % what, "not active", action, "%s: %s active" % (
+                _name(ref), what))
+        )
     _report(ctx, "health.throttle", findings, "no HW/thermal slowdown", "not active")
 
 
