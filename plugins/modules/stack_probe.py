@@ -18,7 +18,7 @@ description:
     unit states, GPU facts from nvidia-smi and lspci, the torch probe inside the venv), and
     judges it in pure Python against the stack.
   - Component C(health) is the quick GPU health tier (nvidia-smi -q, the kernel log's NVRM Xid
-    lines, /proc/driver/nvidia/version, nvidia-smi nvlink -s/-e): read-only and passive (never
+    lines, /proc/driver/nvidia/version, nvidia-smi nvlink -s/-e), read-only and passive (never
     -pm, -r, -rac or a counter reset); a health finding above C(monitor) is C(fail), also in
     check mode.
   - Returns the check records (C(provision_checks)), report facts (C(provision_report)), the change
