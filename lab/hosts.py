@@ -173,6 +173,10 @@ class HostRuntime:
         lspci = m / "usr/local/bin/lspci"
         lspci.write_text(payload.read("lspci.py"), encoding="utf-8")
         lspci.chmod(0o755)
+        # the simulated kernel log of the GPUs (NVRM lines, injected Xids): issue 19's health tier
+        dmesg = m / "usr/local/bin/dmesg"
+        dmesg.write_text(payload.read("dmesg.py"), encoding="utf-8")
+        dmesg.chmod(0o755)
         # the simulated module loading + udev binding (lab infrastructure, not in any package)
         loader = m / LOADER.lstrip("/")
         loader.parent.mkdir(parents=True, exist_ok=True)

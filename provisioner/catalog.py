@@ -29,10 +29,15 @@ class CheckInfo:
     role: str
     verifies: str
     remediation: str
+    # health checks: the most disruptive action of the ladder a finding can ask for
+    action: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        return {"id": self.id, "role": self.role, "verifies": self.verifies,
-                "remediation": self.remediation}
+        out = {"id": self.id, "role": self.role, "verifies": self.verifies,
+               "remediation": self.remediation}
+        if self.action:
+            out["action"] = self.action
+        return out
 
 
 def _role(cid: str) -> str:
@@ -56,7 +61,7 @@ def _entries(raw: object) -> list[CheckInfo]:
         verifies = v.get("verifies") or v.get("what") or v.get("description") or ""
         remediation = v.get("remediation") or v.get("fix") or ""
         out.append(CheckInfo(cid, str(v.get("role") or _role(cid)), str(verifies),
-                             str(remediation)))
+                             str(remediation), str(v.get("action") or "")))
     return out
 
 

@@ -89,7 +89,19 @@ def normalize_check(raw: object, role: str) -> dict[str, Any] | None:
         "message": _text(raw.get("message")),
         "remediation": _text(raw.get("remediation")),
         "role": role,
+        **_health_fields(raw),
     }
+
+
+def _health_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """A health check's action and findings (issue 19), kept when present."""
+    out: dict[str, Any] = {}
+    if raw.get("action"):
+        out["action"] = _text(raw["action"])
+    findings = raw.get("findings")
+    if isinstance(findings, list) and findings:
+        out["findings"] = [f for f in findings if isinstance(f, dict)][:64]
+    return out
 
 
 @dataclass

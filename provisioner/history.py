@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from provisioner.model import FACT_KEYS, Check, HostDiff, HostReport, Report
 
 __all__ = ["HostDiff", "diff_host", "diff_reports", "format_diff"]
@@ -27,6 +29,7 @@ def diff_host(host: str, old: HostReport | None, new: HostReport | None) -> Host
             )
         elif before in ("drift", "fail") and not c.bad:
             d.resolved.append(f"{cid}: {before} -> {c.status}")
+    _health_diff(d, oc, nc)
     for cid, c in oc.items():
         if cid not in nc and old is not None and new is not None and c.bad:
             d.other.append(f"{cid}: {c.status} -> not reported")
@@ -56,3 +59,44 @@ def format_diff(diffs: list[HostDiff], *, only_changed: bool = True) -> list[str
         lines.extend(f"  version: {x}" for x in d.versions)
         lines.extend(f"  {x}" for x in d.other)
     return lines
+
+
+# ------------------------------------------------------------------ health findings (issue 19)
+
+
+def _finding_key(cid: str, f: dict[str, object]) -> str:
+    gpu = f.get("gpu") if isinstance(f.get("gpu"), dict) else {}
+    assert isinstance(gpu, dict)
+    where = gpu.get("uuid") or gpu.get("bus_id") or "host"
+    return f"{cid} {where}: {f.get('figure')} (action {f.get('action')})"
+
+
+def _health_diff(d: HostDiff, old: dict[str, Check], new: dict[str, Check]) -> None:
+    """New and resolved health findings (per GPU and figure), beside the check-level lines."""
+
+    def keys(checks: dict[str, Check]) -> set[str]:
+        return {
+            _finding_key(cid, f)
+            for cid, c in checks.items()
+            if cid.startswith("health.")
+            for f in c.findings
+            if isinstance(f, dict) and f.get("action") not in (None, "", "none")
+        }
+
+    before, after = keys(old), keys(new)
+    d.new_problems.extend(f"health finding: {k}" for k in sorted(after - before))
+    d.resolved.extend(f"health finding: {k}" for k in sorted(before - after))
+
+
+def expected_gpu_counts(reports: Iterable[Report]) -> dict[str, int]:
+    """Host -> GPU count of its newest passing report (reports newest first): the expected
+    count of health.gpu_count when the inventory sets none."""
+    out: dict[str, int] = {}
+    for rep in reports:
+        for host, entry in rep.hosts.items():
+            count = entry.facts.get("gpu_count")
+            if host in out or entry.status not in ("ok", "changed"):
+                continue
+            if isinstance(count, int) and count > 0:
+                out[host] = count
+    return out

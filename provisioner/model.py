@@ -56,6 +56,10 @@ class Check:
     message: str = ""
     remediation: str = ""
     role: str = ""
+    # health checks (issue 19): the action of the ladder (monitor .. service) and one finding
+    # per GPU {gpu: {index, bus_id, uuid}, figure, threshold, action, message}
+    action: str = ""
+    findings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def bad(self) -> bool:
@@ -70,6 +74,8 @@ class Check:
             "message": self.message,
             "remediation": self.remediation,
             "role": self.role,
+            **({"action": self.action} if self.action else {}),
+            **({"findings": self.findings} if self.findings else {}),
         }
 
     @classmethod
@@ -85,6 +91,10 @@ class Check:
             message=_text(d.get("message")),
             remediation=_text(d.get("remediation")),
             role=_text(d.get("role")),
+            action=_text(d.get("action")),
+            findings=[f for f in d.get("findings") or [] if isinstance(f, dict)]
+            if isinstance(d.get("findings"), list)
+            else [],
         )
 
 

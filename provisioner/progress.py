@@ -213,6 +213,8 @@ def problem_lines(hosts: dict[str, HostReport], per_host: int | None = 12) -> li
             )
             if c.remediation:
                 lines.append(f"{' ' * len(name)}  fix: {c.remediation}")
+            if c.action:
+                lines.append(f"{' ' * len(name)}  action: {c.action}")
         if per_host is not None and len(bad) > per_host:
             lines.append(f"{name}: ... {len(bad) - per_host} more in report.json")
     return lines

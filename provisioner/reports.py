@@ -11,6 +11,7 @@ import math
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from provisioner.model import CHECK_STATUSES, FACT_KEYS, HOST_STATUSES, Check, Report
 from provisioner.state import atomic_write_text
@@ -36,12 +37,26 @@ def write_json(report: Report, path: Path) -> None:
 # ---------------------------------------------------------------- junit.xml
 
 
+def _gpu_of(finding: dict[str, Any]) -> dict[str, Any]:
+    """The GPU a health finding names ({index, bus_id, uuid}), {} when it names none."""
+    gpu = finding.get("gpu")
+    return gpu if isinstance(gpu, dict) else {}
+
+
 def _case_detail(check: Check) -> str:
     lines = [f"expected: {check.expected}", f"actual: {check.actual}"]
     if check.message:
         lines.append(f"message: {check.message}")
     if check.remediation:
         lines.append(f"remediation: {check.remediation}")
+    if check.action:
+        lines.append(f"action: {check.action}")
+    for f in check.findings:
+        gpu = _gpu_of(f)
+        lines.append(
+            f"finding: GPU {gpu.get('index')} {gpu.get('bus_id')} {gpu.get('uuid')}: "
+            f"{f.get('figure')} (threshold {f.get('threshold')}), action {f.get('action')}"
+        )
     return "\n".join(lines)
 
 
@@ -183,6 +198,28 @@ def prom_text(report: Report) -> str:
         if isinstance(n, int | float) and not isinstance(n, bool):
             gpu_rows.append((_labels(host=h), float(n)))
     family("provision_host_gpu_count", "GPUs found on the host.", gpu_rows)
+    family(
+        "provision_health_finding",
+        "Health findings (issue 19): one series per GPU and check, with the action of the ladder "
+        "(monitor, drain, reset_gpu, reboot, service); value is always 1.",
+        [
+            (
+                _labels(
+                    host=h,
+                    check=c.id,
+                    action=f.get("action") or c.action,
+                    gpu="" if gpu.get("index") is None else gpu.get("index"),
+                    bus_id=gpu.get("bus_id") or "",
+                    uuid=gpu.get("uuid") or "",
+                ),
+                1.0,
+            )
+            for h, e in hosts.items()
+            for c in e.checks
+            for f in c.findings
+            for gpu in [_gpu_of(f)]
+        ],
+    )
     family(
         "provision_run_timestamp_seconds",
         "Unix time the run finished.",

@@ -26,7 +26,7 @@ from provisioner.content import Content, locate
 from provisioner.events import HostState, RunState
 from provisioner.exitcodes import ProvisionError, SetupError, UsageProblem, exit_code_for
 from provisioner.extravars import build_extravars
-from provisioner.history import diff_reports, format_diff
+from provisioner.history import diff_reports, expected_gpu_counts, format_diff
 from provisioner.model import Changes, Check, HostReport, Report
 from provisioner.preflight import (
     DEFAULT_KNOWN_HOSTS,
@@ -448,6 +448,12 @@ def execute(
         runner.find_ansible_playbook()  # SetupError (exit 4) before any host is contacted
     _check_report_dir(s)
     run_id = new_run_id(s.command)
+    # health.gpu_count: the GPUs each host had at its last passing run (the inventory's
+    # gpu_stack_health_expected_gpus wins)
+    extravars.setdefault(
+        "gpu_stack_health_history_gpus",
+        expected_gpu_counts(state.iter_reports(list(reversed(state.list_history()))[:30])),
+    )
     if s.command == "run" and not s.ansible_check:
         # the host's provisioning lock names this run (provision.gpu.host_lock)
         extravars.setdefault("gpu_stack_run_id", run_id)

@@ -4,8 +4,9 @@
 Reads the host's GPU description (/etc/fake-nvidia/gpus.json, or $FAKE_NVIDIA_CONFIG) and the
 simulated kernel-module state (/run/fake-nvidia/loaded, or $FAKE_NVIDIA_LOADED) and answers in the
 formats of the real tool: the default table, -L, --query-gpu with --format=csv[,noheader][,nounits],
-topo -m, -q, -pm, --version. Failure modes: no description, no GPU or module not loaded -> exit 9
-with the real message; loaded module version != this userspace version -> NVML mismatch, exit 18.
+topo -m, -q, nvlink -s/-e, -pm, --version. Failure modes: no description, no GPU or module not
+loaded -> exit 9 with the real message; loaded module version != this userspace version -> NVML
+mismatch, exit 18. Health faults (issue 19) come from the description's "faults" (see FAULTS_DOC).
 """
 
 from __future__ import annotations
@@ -51,6 +52,35 @@ LEGEND = f"""Legend:
 """
 
 
+FAULTS_DOC = """description["faults"], every key optional, GPU indices as on the bus (0-based):
+  gone: [i]                   on the PCI bus (lspci) but not answering nvidia-smi (Xid 79's state)
+  ecc_uncorrectable: {i: n}   n volatile and aggregate uncorrectable DRAM ECC errors
+  remap: {i: pending|failure} a row remap pending, or a remapping failure
+  pcie_width: {i: w}          the link trained at xW (maximum x16)
+  hw_slowdown: [i]            HW Slowdown and HW Thermal Slowdown active
+  nvlink_down: {i: [link]}    these NVLinks inactive
+  xid: [{gpu: i, xid: n}]     NVRM Xid lines in the kernel log (the fake dmesg prints them)
+Formats of the added -q sections: the real H200 capture (tests/unit/fixtures/captures/
+nvidia-smi-q__r580_1x_h200_device.txt)."""
+PCIE_GEN = {"Hopper": 5, "Blackwell": 5, "Ampere": 4, "Ada Lovelace": 4, "Turing": 3}
+NVLINK_GBPS = {"Hopper": "26.562", "Ampere": "25.000"}
+
+
+def faults(desc: dict[str, Any]) -> dict[str, Any]:
+    value = desc.get("faults")
+    return value if isinstance(value, dict) else {}
+
+
+def per_gpu(desc: dict[str, Any], key: str, bus_index: int) -> Any:  # noqa: ANN401 - JSON value
+    """The fault `key` of the GPU at this bus position: a member of a list, or a mapping value."""
+    value = faults(desc).get(key)
+    if isinstance(value, list):
+        return bus_index in value
+    if isinstance(value, dict):
+        return value.get(str(bus_index))
+    return None
+
+
 class Gpu:
     """One simulated GPU of the description."""
 
@@ -74,6 +104,19 @@ class Gpu:
         self.serial = str(1320000000000 + uuid.uuid5(uuid.NAMESPACE_DNS, seed).int % 10**9)
         self.memory_used = 2 if self.memory > 16000 else 0
         self.power_draw = max(9, self.power_limit // 10)
+        self.bus_index = index  # position on the bus; nvidia-smi renumbers when one is gone
+
+
+def visible_gpus(desc: dict[str, Any], count: int) -> list[Gpu]:
+    """The GPUs nvidia-smi answers for (a GPU that fell off the bus is not one), renumbered."""
+    out: list[Gpu] = []
+    for i in range(count):
+        if per_gpu(desc, "gone", i):
+            continue
+        gpu = Gpu(desc, i)
+        gpu.index = len(out)
+        out.append(gpu)
+    return out
 
 
 def load_description() -> dict[str, Any] | None:
@@ -300,6 +343,13 @@ def query_full(desc: dict[str, Any], gpus: list[Gpu]) -> int:
     for gpu in gpus:
         fabric = fabric_state(desc)
         fabric_status = "Success" if fabric == "Completed" else "N/A"
+        width = int(per_gpu(desc, "pcie_width", gpu.bus_index) or 16)
+        slow = "Active" if per_gpu(desc, "hw_slowdown", gpu.bus_index) else "Not Active"
+        ecc_na = "" if gpu.ecc == "Enabled" else "N/A"
+        dbe = int(per_gpu(desc, "ecc_uncorrectable", gpu.bus_index) or 0)
+        remap = per_gpu(desc, "remap", gpu.bus_index)
+        pending = "Yes" if remap == "pending" else "No"
+        failure = "Yes" if remap == "failure" else "No"
         out += [
             f"GPU {gpu.bus_id}",
             f"    Product Name                          : {gpu.name}",
@@ -322,9 +372,38 @@ def query_full(desc: dict[str, Any], gpus: list[Gpu]) -> int:
             "        Domain                            : 0x0000",
             f"        Device Id                         : 0x{gpu.pci_device_id.upper()}10DE",
             f"        Bus Id                            : {gpu.bus_id}",
+            "        GPU Link Info",
+            "            PCIe Generation",
+            f"                Max                       : {PCIE_GEN.get(gpu.architecture, 4)}",
+            f"                Current                   : {PCIE_GEN.get(gpu.architecture, 4)}",
+            "            Link Width",
+            "                Max                       : 16x",
+            f"                Current                   : {width}x",
+            "    Clocks Event Reasons",
+            "        Idle                              : Active",
+            "        Applications Clocks Setting       : Not Active",
+            "        SW Power Cap                      : Not Active",
+            f"        HW Slowdown                       : {slow}",
+            f"            HW Thermal Slowdown           : {slow}",
+            "            HW Power Brake Slowdown       : Not Active",
+            "        Sync Boost                        : Not Active",
+            "        SW Thermal Slowdown               : Not Active",
+            "        Display Clock Setting             : Not Active",
             "    ECC Mode",
             f"        Current                           : {gpu.ecc}",
             f"        Pending                           : {gpu.ecc}",
+            "    ECC Errors",
+            "        Volatile",
+            f"            DRAM Correctable              : {ecc_na or 0}",
+            f"            DRAM Uncorrectable            : {ecc_na or dbe}",
+            "        Aggregate",
+            f"            DRAM Correctable              : {ecc_na or 0}",
+            f"            DRAM Uncorrectable            : {ecc_na or dbe}",
+            "    Remapped Rows",
+            f"        Correctable Error                 : {ecc_na or 0}",
+            f"        Uncorrectable Error               : {ecc_na or (1 if remap else 0)}",
+            f"        Pending                           : {ecc_na or pending}",
+            f"        Remapping Failure Occurred        : {ecc_na or failure}",
             "    FB Memory Usage",
             f"        Total                             : {gpu.memory} MiB",
             f"        Used                              : {gpu.memory_used} MiB",
@@ -333,6 +412,29 @@ def query_full(desc: dict[str, Any], gpus: list[Gpu]) -> int:
             "",
         ]
     print("\n".join(out))
+    return 0
+
+
+def nvlink(desc: dict[str, Any], gpus: list[Gpu], errors: bool) -> int:
+    """`nvidia-smi nvlink -s` (per-link speed or <inactive>) and `-e` (per-link error counters).
+    GPUs without NVLink print the A100 PCIe capture's line (captures/
+    nvidia-smi-nvlink-s__a100_pcie_inactive.txt); the per-link lines are the documented format
+    (no public capture in the fixtures)."""
+    link = desc.get("interconnect", {})
+    for gpu in gpus:
+        print(f"GPU {gpu.index}: {gpu.name} (UUID: {gpu.uuid})")
+        if link.get("type") != "nvlink":
+            print("NVML: Unable to retrieve NVLink information as all links are inActive")
+            continue
+        down = per_gpu(desc, "nvlink_down", gpu.bus_index) or []
+        for n in range(int(link.get("links", 12))):
+            if errors:
+                for counter in ("Replay Errors", "Recovery Errors", "CRC Errors"):
+                    print(f"\t Link {n}: {counter}: 0")
+            elif n in down:
+                print(f"\t Link {n}: <inactive>")
+            else:
+                print(f"\t Link {n}: {NVLINK_GBPS.get(gpu.architecture, '25.000')} GB/s")
     return 0
 
 
@@ -383,7 +485,7 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911, PLR0912 - one branch per nvi
     if loaded != USERSPACE_VERSION:
         sys.stdout.write(MISMATCH.format(v=".".join(USERSPACE_VERSION.split(".")[:2])))
         return EXIT_MISMATCH
-    gpus = [Gpu(desc, i) for i in range(gpu_count)]
+    gpus = visible_gpus(desc, gpu_count)
     index = option(args, "-i", "--id")
     if index is not None:
         wanted = {int(x) for x in index.split(",") if x.isdigit()}
@@ -393,8 +495,13 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911, PLR0912 - one branch per nvi
             return 6
     if args and args[0] == "topo":
         if "-m" in args or "--matrix" in args:
-            return topo(desc, [Gpu(desc, i) for i in range(gpu_count)])
+            return topo(desc, visible_gpus(desc, gpu_count))
         sys.stdout.write("Usage: nvidia-smi topo -m\n")
+        return EXIT_BAD_ARG
+    if args and args[0] == "nvlink":
+        if "-s" in args or "--status" in args or "-e" in args or "--errorcounters" in args:
+            return nvlink(desc, gpus, "-e" in args or "--errorcounters" in args)
+        sys.stdout.write("Usage: nvidia-smi nvlink -s | -e\n")
         return EXIT_BAD_ARG
     if "--version" in args:
         print(f"NVIDIA-SMI version  : {USERSPACE_VERSION}")

@@ -334,3 +334,12 @@ CATALOG = {
         "NCCL_DEBUG=INFO)",
     },
 }
+
+# The components in the new shape (components/*.py) declare their checks: derived, not copied.
+from ansible_collections.provision.gpu.plugins.module_utils.components import (
+    REGISTRY as _REGISTRY,
+)
+
+for _module in _REGISTRY.values():
+    for _spec in _module.CHECKS:
+        CATALOG[_spec.id] = _spec.entry()

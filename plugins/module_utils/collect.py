@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable
 
 from ansible_collections.provision.gpu.plugins.module_utils import gpu as gpu_facts
+from ansible_collections.provision.gpu.plugins.module_utils import health_parsers as hp
 from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
 from ansible_collections.provision.gpu.plugins.module_utils.platforms import Platform
 
@@ -483,6 +484,45 @@ def torch_section(io: HostIO, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _kernel_log(io: HostIO) -> tuple[str, str]:
+    """(source, NVRM lines) of the kernel log since boot: the journal when it has kernel entries
+    (it keeps what the ring buffer drops), else dmesg; never clears anything (no dmesg -c)."""
+    if io.which("journalctl"):
+        rc, out, _err = io.run(
+            ["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic"], timeout=30
+        )
+        if rc == 0 and out.strip() and "-- No entries --" not in out:
+            return "journalctl", "\n".join(ln for ln in out.splitlines() if "NVRM" in ln)
+    if io.which("dmesg"):
+        rc, out, _err = io.run(["dmesg"], timeout=30)
+        if rc == 0:
+            return "dmesg", "\n".join(ln for ln in out.splitlines() if "NVRM" in ln)
+    return "unavailable", ""
+
+
+def health_section(io: HostIO, gpu: dict[str, Any]) -> dict[str, Any]:
+    """The quick health tier's facts (issue 19), read-only and passive: nvidia-smi -q (ECC, row
+    remapper, retired pages, PCIe link, clock event reasons, fabric), the kernel log's NVRM Xid
+    lines, /proc/driver/nvidia/version and, on NVLink systems, nvidia-smi nvlink -s and -e.
+    Never -pm, -r, -rac or any counter reset."""
+    env = {"LC_ALL": "C"}
+    out: dict[str, Any] = {"gpus": [], "smi_q_rc": None, "nvlink": None, "nvlink_errors": None}
+    if gpu.get("state") == "ok":
+        rc, text, _err = io.run(["nvidia-smi", "-q"], env=env)
+        out["smi_q_rc"] = rc
+        out["gpus"] = hp.parse_smi_q_health(text) if rc == 0 else []
+        if (gpu.get("topology") or {}).get("interconnect") == "nvlink":
+            rc, text, _err = io.run(["nvidia-smi", "nvlink", "-s"], env=env)
+            out["nvlink"] = hp.parse_nvlink_status(text) if rc == 0 else None
+            rc, text, _err = io.run(["nvidia-smi", "nvlink", "-e"], env=env)
+            out["nvlink_errors"] = hp.parse_nvlink_errors(text) if rc == 0 else None
+    source, lines = _kernel_log(io)
+    out["kernel_log"] = source
+    out["xid"] = hp.parse_xid_lines(lines)
+    out["proc_version"] = hp.parse_proc_version(io.read("/proc/driver/nvidia/version") or "")
+    return out
+
+
 # ------------------------------------------------------------------------ first boot and locks
 
 
@@ -595,6 +635,7 @@ SECTIONS = (
     "secure_boot",
     "units",
     "gpu",
+    "health",
     "python",
     "torch",
 )
@@ -635,6 +676,10 @@ def collect(
         facts["units"] = units_section(io)
     if "gpu" in wanted:
         facts["gpu"] = gpu_facts.gather(lambda argv: io.run(list(argv), env={"LC_ALL": "C"}))
+    if "health" in wanted:
+        if "gpu" not in facts:
+            facts["gpu"] = gpu_facts.gather(lambda argv: io.run(list(argv), env={"LC_ALL": "C"}))
+        facts["health"] = health_section(io, facts["gpu"])
     if "python" in wanted:
         facts["python"] = python_section(io, params)
     if "torch" in wanted:

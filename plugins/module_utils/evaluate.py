@@ -17,12 +17,14 @@ import re
 from typing import Any
 
 from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
+from ansible_collections.provision.gpu.plugins.module_utils.components import REGISTRY
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import Context
 from ansible_collections.provision.gpu.plugins.module_utils.platforms import (
     upstream_version,
 )
 
-COMPONENTS = ("preflight", "repo", "driver", "cuda", "cudnn", "nccl", "env", "pytorch")
+# the components judged here, then the ones in the new shape (components/, by registry)
+COMPONENTS = ("preflight", "repo", "driver", "cuda", "cudnn", "nccl", "env", "pytorch", *REGISTRY)
 # what each component reads
 SECTIONS = {
     "preflight": ("disk", "packages", "policy", "kernel", "secure_boot", "gpu", "python"),
@@ -34,6 +36,7 @@ SECTIONS = {
     "env": ("env", "alternatives"),
     "pytorch": ("gpu", "torch"),
 }
+SECTIONS.update({name: module.SECTIONS for name, module in REGISTRY.items()})
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/provision.conf"
 PIN_FILE = "/etc/apt/preferences.d/provision-nvidia-driver"
 BLACKLIST_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
@@ -1836,7 +1839,9 @@ def evaluate(
 ) -> dict[str, Any]:
     judge = Judge(facts, stack, check_mode)
     for component in components:
-        if component in ("cudnn", "nccl"):
+        if component in REGISTRY:
+            REGISTRY[component].judge(judge)
+        elif component in ("cudnn", "nccl"):
             judge.library(component)
         else:
             getattr(judge, component)()

@@ -17,6 +17,10 @@ description:
     entries, NVIDIA modules per kernel, Secure Boot, nouveau, nvidia-persistenced and fabric manager
     unit states, GPU facts from nvidia-smi and lspci, the torch probe inside the venv), and
     judges it in pure Python against the stack.
+  - Component C(health) is the quick GPU health tier (nvidia-smi -q, the kernel log's NVRM Xid
+    lines, /proc/driver/nvidia/version, nvidia-smi nvlink -s/-e), read-only and passive (never
+    -pm, -r, -rac or a counter reset); a health finding above C(monitor) is C(fail), also in
+    check mode.
   - Returns the check records (C(provision_checks)), report facts (C(provision_report)), the change
     plan the roles carry out (C(provision_plan)) and the GPU facts (C(nvidia_gpu)).
   - Read-only; supports check mode, where a difference from the stack is C(drift), not C(fail).
@@ -29,8 +33,8 @@ options:
     description: What to probe and judge.
     type: list
     elements: str
-    choices: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch]
-    default: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch]
+    choices: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch, health]
+    default: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch, health]
   require:
     description:
       - Check ids (or C(prefix.*) patterns) that must not C(fail); when one does, the task fails

@@ -34,4 +34,6 @@ def checks(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
         click.echo(f"{c.id}  ({c.role})")
         click.echo(f"    verifies: {c.verifies}")
         click.echo(f"    fix: {c.remediation}")
+        if c.action:
+            click.echo(f"    action: up to {c.action}")
     click.echo(f"{len(shown)} check(s); catalogue: {source}", err=True)

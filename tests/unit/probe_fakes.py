@@ -253,6 +253,7 @@ def stack(**over: Any) -> dict[str, Any]:
             "kernel_headers": "auto",
         },
         "kernel_modules": "auto",
+        "health": {"expected_gpus": 0},
     }
     for key, value in over.items():
         node = desired

@@ -17,6 +17,7 @@ from required import require_tool
 from test_reports import sample_report
 
 from provisioner import reports
+from provisioner.model import Check
 
 RULES = REPO / "contrib" / "prometheus" / "provision.rules.yml"
 RULE_TESTS = REPO / "contrib" / "prometheus" / "provision.rules.test.yml"
@@ -28,7 +29,14 @@ SCRAPE_LABELS = {"instance", "job"}  # added by Prometheus when it scrapes node_
 def prom_labels() -> dict[str, set[str]]:
     """Metric name -> label names, from a provision.prom written by the real writer."""
     out: dict[str, set[str]] = {}
-    for family in text_string_to_metric_families(reports.prom_text(sample_report())):
+    report = sample_report()
+    # a GPU health finding (issue 19), so that provision_health_finding has its labels
+    next(iter(report.hosts.values())).checks.append(Check(
+        id="health.row_remap", status="fail", action="service", findings=[{
+            "gpu": {"index": 3, "bus_id": "00000000:5D:00.0", "uuid": "GPU-2"},
+            "figure": "remapping failure occurred", "threshold": "no failure",
+            "action": "service"}]))
+    for family in text_string_to_metric_families(reports.prom_text(report)):
         for sample in family.samples:
             out.setdefault(sample.name, set()).update(sample.labels)
     return out
@@ -94,6 +102,10 @@ def test_the_alerts_cover_non_compliance_failing_checks_and_a_stale_run() -> Non
     assert 'status=~"fail|drift"' in alerts["ProvisionCheckNotPassing"]
     assert "provision_run_timestamp_seconds" in alerts["ProvisionNightlyCheckStale"]
     assert alerts["ProvisionNightlyCheckMissing"].startswith("absent(")
+    # one alert per action of the health ladder (components/base.py ACTIONS, less "none")
+    for action in ("monitor", "drain", "reset_gpu", "reboot", "service"):
+        assert [a for a, e in alerts.items()
+                if f'provision_health_finding{{action="{action}"}}' in e], action
     for rule in (r for g in groups for r in g["rules"] if "alert" in r):
         assert rule["labels"]["severity"] in ("warning", "critical")
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
