@@ -285,6 +285,21 @@ CATALOG = {
         "verifies": "the probe answered within its overall time limit",
         "remediation": "check the host's load and network; rerun, or use --no-preflight",
     },
+    # the deep health tier (components/health_deep.py declares them; a unit test keeps them equal)
+    "health.dcgm": {
+        "verifies": "NVIDIA DCGM (dcgmi) is installed, so the deep health tier can run",
+        "remediation": "set dcgm.install: true in the stack and run `provision` "
+        "(NVIDIA's datacenter-gpu-manager)",
+        "action": "none",
+    },
+    "health.dcgm_diag": {
+        "verifies": "`dcgmi diag -r N` (N = dcgm.diag_level) finished within "
+        "dcgm.diag_timeout_s and every test passed on every GPU; skipped tests and "
+        "passes with an error behind them do not pass",
+        "remediation": "read DCGM's message per GPU; drain the node, act as the finding "
+        "says, rerun `provision check --deep`",
+        "action": "reset_gpu",
+    },
     "validation.allreduce": {
         "verifies": "an all-reduce sweep returns correct sums and its bus "
         "bandwidth meets the threshold for the GPU model and "

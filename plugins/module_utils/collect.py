@@ -15,6 +15,7 @@ import re
 import time
 from typing import Any, Callable
 
+from ansible_collections.provision.gpu.plugins.module_utils import dcgm as dcgm_parse
 from ansible_collections.provision.gpu.plugins.module_utils import gpu as gpu_facts
 from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
 from ansible_collections.provision.gpu.plugins.module_utils.platforms import Platform
@@ -440,6 +441,27 @@ def torch_section(io: HostIO, params: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------ first boot and locks
 
 
+def dcgm_section(io: HostIO, params: dict[str, Any]) -> dict[str, Any]:
+    """The deep tier: `dcgmi diag -r N --json` under a hard timeout (only when requested)."""
+    level = int(params.get("dcgm_level") or 1)
+    timeout = int(params.get("dcgm_timeout_s") or 900)
+    out: dict[str, Any] = {"requested": True, "level": level, "timeout_s": timeout}
+    path = io.which("dcgmi")
+    out["installed"] = path is not None
+    out["path"] = path
+    if path is None:
+        return out
+    start = io.now()
+    rc, stdout, stderr = io.run([path, "diag", "-r", str(level), "--json"], timeout=timeout)
+    out["seconds"] = round(io.now() - start, 1)
+    # ModuleIO.run kills the command at the timeout and answers -9
+    out["timed_out"] = rc == -9 and stderr.startswith("timed out")
+    out["rc"] = rc
+    out["stderr"] = stderr[-2000:]
+    out["parsed"] = dcgm_parse.parse_diag(stdout)
+    return out
+
+
 def parse_proc_locks(text: str) -> list[dict[str, Any]]:
     """/proc/locks lines `1: POSIX  ADVISORY  WRITE 2448 08:01:1234 0 EOF` -> pid and file id."""
     out = []
@@ -593,4 +615,6 @@ def collect(
         facts["python"] = python_section(io, params)
     if "torch" in wanted:
         facts["torch"] = torch_section(io, params)
+    if "dcgm" in wanted:
+        facts["dcgm"] = dcgm_section(io, params)
     return facts

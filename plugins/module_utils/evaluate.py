@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
+from ansible_collections.provision.gpu.plugins.module_utils.components import health_deep
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import Context
 from ansible_collections.provision.gpu.plugins.module_utils.platforms import (
     upstream_version,
@@ -33,7 +34,10 @@ SECTIONS = {
     "nccl": ("packages",),
     "env": ("env", "alternatives"),
     "pytorch": ("gpu", "torch"),
+    health_deep.NAME: health_deep.SECTIONS,
 }
+# judged only when asked for by name (`provision check --deep`), never by default
+ON_REQUEST = (health_deep.NAME,)
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/provision.conf"
 PIN_FILE = "/etc/apt/preferences.d/provision-nvidia-driver"
 BLACKLIST_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
@@ -1549,7 +1553,9 @@ def evaluate(
 ) -> dict[str, Any]:
     judge = Judge(facts, stack, check_mode)
     for component in components:
-        if component in ("cudnn", "nccl"):
+        if component == health_deep.NAME:
+            health_deep.judge(judge)
+        elif component in ("cudnn", "nccl"):
             judge.library(component)
         else:
             getattr(judge, component)()

@@ -26,10 +26,13 @@ options:
     type: dict
     required: true
   components:
-    description: What to probe and judge.
+    description:
+      - What to probe and judge. C(health_deep) (NVIDIA DCGM's C(dcgmi diag -r N), N and its hard
+        timeout from the stack's C(dcgm.diag_level) and C(dcgm.diag_timeout_s)) loads the GPUs and
+        runs only when named; it is never in the default.
     type: list
     elements: str
-    choices: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch]
+    choices: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch, health_deep]
     default: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch]
   require:
     description:
@@ -151,7 +154,7 @@ def main():
             "components": {
                 "type": "list",
                 "elements": "str",
-                "choices": COMPONENTS,
+                "choices": COMPONENTS + list(ev.ON_REQUEST),
                 "default": COMPONENTS,
             },
             "require": {"type": "list", "elements": "str", "default": []},
@@ -171,6 +174,8 @@ def main():
         "env_profile_file": (stack.get("env") or {}).get("profile_file"),
         "pytorch_python": (stack.get("pytorch") or {}).get("python"),
         "pytorch_venv": (stack.get("pytorch") or {}).get("venv"),
+        "dcgm_level": (stack.get("dcgm") or {}).get("diag_level"),
+        "dcgm_timeout_s": (stack.get("dcgm") or {}).get("diag_timeout_s"),
     }
     if module.params["lock_run_id"] and not module.check_mode:
         lk.refresh(module.params["lock_run_id"])

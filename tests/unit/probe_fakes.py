@@ -249,6 +249,10 @@ def stack(**over: Any) -> dict[str, Any]:
             "kernel_headers": "auto",
         },
         "kernel_modules": "auto",
+        "dcgm": {
+            "diag_level": v["gpu_stack_dcgm_diag_level"],
+            "diag_timeout_s": v["gpu_stack_dcgm_diag_timeout_s"],
+        },
     }
     for key, value in over.items():
         node = desired
@@ -274,6 +278,8 @@ def judge(
         "env_profile_file": desired["env"]["profile_file"],
         "pytorch_python": desired["pytorch"]["python"],
         "pytorch_venv": desired["pytorch"]["venv"],
+        "dcgm_level": (desired.get("dcgm") or {}).get("diag_level"),
+        "dcgm_timeout_s": (desired.get("dcgm") or {}).get("diag_timeout_s"),
     }
     facts = c.collect(
         ev.sections_for(components),
