@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (captured outputs are kept verbatim)
 """The deep health tier: `dcgmi diag --json` parsed (plugins/module_utils/dcgm.py) on real captures
 (tests/unit/fixtures/captures, sources in SOURCES.md) and judged (components/health_deep.py).
 
@@ -32,7 +31,12 @@ def doc(*results: dict[str, Any], category: str = "Hardware", test: str = "Diagn
     """A document in JsonOutput.cpp's layout (no public capture of this shape; see module doc)."""
     tests = [{"name": test, "results": list(results)}]
     return json.dumps(
-        {"DCGM GPU Diagnostic": {"test_categories": [{"category": category, "tests": tests}], "version": "3.3.9"}}
+        {
+            "DCGM GPU Diagnostic": {
+                "test_categories": [{"category": category, "tests": tests}],
+                "version": "3.3.9",
+            }
+        }
     )
 
 
@@ -49,7 +53,11 @@ def test_real_level1_output_all_pass() -> None:
 def test_real_skips_are_skip_never_pass() -> None:
     parsed = dcgm.parse_diag(issue139())
     assert [r["test"] for r in parsed["results"]] == [
-        "PCIe", "GPU Memory", "Diagnostic", "EUD Test", "Targeted Stress",
+        "PCIe",
+        "GPU Memory",
+        "Diagnostic",
+        "EUD Test",
+        "Targeted Stress",
     ]
     assert {r["status"] for r in parsed["results"]} == {"skip"}
     assert parsed["results"][0]["gpus"] == [0]  # "gpu_id" : "0"
@@ -60,7 +68,11 @@ def test_pass_with_an_error_behind_it_is_unknown() -> None:
     # NVIDIA/DCGM#284 (prose only, no capture): the memory test records DCGM_FR_MEMORY_ALLOC and
     # says PASS. Built from JsonOutput.cpp's AppendError fields; the error id value is arbitrary.
     text = doc(
-        {"gpu_ids": "0", "status": "PASS", "warnings": [{"warning": "DCGM_FR_MEMORY_ALLOC: could not allocate", "error_id": 7}]},
+        {
+            "gpu_ids": "0",
+            "status": "PASS",
+            "warnings": [{"warning": "DCGM_FR_MEMORY_ALLOC: could not allocate", "error_id": 7}],
+        },
         test="GPU Memory",
     )
     (r,) = dcgm.parse_diag(text)["results"]
@@ -71,9 +83,14 @@ def test_pass_with_an_error_behind_it_is_unknown() -> None:
 def test_unknown_status_and_garbage() -> None:
     (r,) = dcgm.parse_diag(doc({"gpu_ids": "1", "status": "Incomplete"}))["results"]
     assert r["status"] == "unknown" and "Incomplete" in r["reason"]
-    assert dcgm.parse_diag("Error: unable to connect to host engine")["error"] == "no JSON in the dcgmi output"
+    assert (
+        dcgm.parse_diag("Error: unable to connect to host engine")["error"]
+        == "no JSON in the dcgmi output"
+    )
     assert not dcgm.parse_diag('{"other": 1}')["ok"]
-    runtime = dcgm.parse_diag('{"DCGM GPU Diagnostic": {"runtime_error": "NVVS failed", "version": "3.3.9"}}')
+    runtime = dcgm.parse_diag(
+        '{"DCGM GPU Diagnostic": {"runtime_error": "NVVS failed", "version": "3.3.9"}}'
+    )
     assert runtime["error"] == "NVVS failed" and not runtime["ok"]
 
 
@@ -104,7 +121,11 @@ def test_failing_test_names_the_gpu_and_the_action() -> None:
     # no public capture of a failing test in JSON: JsonOutput.cpp's per-GPU layout
     text = doc(
         {"gpu_ids": 0, "status": "Pass"},
-        {"gpu_ids": 1, "status": "Fail", "warnings": [{"warning": "GPU 1 Error using CUDA API cuCtxCreate", "error_id": 3}]},
+        {
+            "gpu_ids": 1,
+            "status": "Fail",
+            "warnings": [{"warning": "GPU 1 Error using CUDA API cuCtxCreate", "error_id": 3}],
+        },
     )
     check = deep(host_with(226, text))["by_id"]["health.dcgm_diag"]
     assert check["status"] == "fail" and check["action"] == "drain"
@@ -114,7 +135,11 @@ def test_failing_test_names_the_gpu_and_the_action() -> None:
 
 
 def test_row_remap_failure_asks_for_a_gpu_reset() -> None:
-    text = doc({"gpu_ids": "0,1", "status": "Fail"}, category="Deployment", test="Page Retirement/Row Remap")
+    text = doc(
+        {"gpu_ids": "0,1", "status": "Fail"},
+        category="Deployment",
+        test="Page Retirement/Row Remap",
+    )
     check = deep(host_with(226, text))["by_id"]["health.dcgm_diag"]
     assert check["status"] == "fail" and check["action"] == "reset_gpu"
 
@@ -168,6 +193,7 @@ def test_deep_is_asked_for_by_check_and_on_in_validate() -> None:
 
 def test_check_and_validate_take_deep() -> None:
     from click.testing import CliRunner  # noqa: PLC0415
+
     from provisioner.cli import cli  # noqa: PLC0415
 
     for command in ("check", "validate"):
