@@ -129,6 +129,7 @@ def test_failing_test_names_the_gpu_and_the_action() -> None:
     )
     check = deep(host_with(226, text))["by_id"]["health.dcgm_diag"]
     assert check["status"] == "fail" and check["action"] == "drain"
+    assert check["message"].endswith("(action: drain)")  # report.json keeps the message
     assert "Diagnostic fail on GPU 1 (" in check["message"]  # index, bus id, uuid from nvidia-smi
     (finding,) = check["findings"]
     assert finding["gpus"] == [1] and "cuCtxCreate" in finding["reason"]

@@ -150,4 +150,5 @@ def judge(ctx: Context) -> None:
     extra: dict[str, Any] = {"findings": findings}
     if status != "pass":
         extra["action"] = action
+        msg += " (action: %s)" % action
     ctx.add("health.dcgm_diag", status, expected, actual, msg, spec.remediation, **extra)
