@@ -27,7 +27,8 @@ SECTIONS = ("dcgm", "gpu")
 DEFAULT_LEVEL = 1
 DEFAULT_TIMEOUT_S = 900
 INSTALL = (
-    "set dcgm.install: true in the stack and run `provision` (NVIDIA's datacenter-gpu-manager)"
+    "install NVIDIA DCGM from NVIDIA's CUDA repository (datacenter-gpu-manager-4-cuda<CUDA major>, "
+    "e.g. datacenter-gpu-manager-4-cuda12); the roles do not install it"
 )
 
 CHECKS = (
