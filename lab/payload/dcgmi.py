@@ -60,7 +60,7 @@ def description() -> dict[str, Any] | None:
 
 
 def driver_loaded(desc: dict[str, Any]) -> bool:
-    mode = desc.get("driver", "auto")
+    mode = str(desc.get("driver", "auto"))
     if mode in ("loaded", "not-loaded"):
         return mode == "loaded"
     try:
