@@ -5,8 +5,10 @@
 Pure Python (3.8+ on targets), no I/O. The format is DCGM's JsonOutput (NVIDIA/DCGM:
 nvvs/src/JsonOutput.cpp): {"DCGM GPU Diagnostic": {"test_categories": [{"category", "tests":
 [{"name", "results": [{"gpu_ids" (or "gpu_id"), "status", "warnings", "info"}]}]}], "version",
-"runtime_error"?}}. Software tests carry one result for all GPUs ("0,1,...,7"); the others
-one per GPU.
+"runtime_error"?}}. DCGM 4 names each result by "entity_group" / "entity_id" instead of "gpu_ids"
+(NVIDIA/DCGM#215); a root named "DCGM Diagnostic" is accepted too (third-party parsers expect it
+from DCGM 4; no whole DCGM 4 document is in public captures). Software tests carry one result for
+all GPUs ("0,1,...,7"); the others one per GPU.
 
 Verdicts are conservative: a test is `pass` only when DCGM says Pass and recorded no error behind it
 (NVIDIA/DCGM#284: the memory test records DCGM_FR_MEMORY_ALLOC and still says PASS); a skipped test
@@ -38,6 +40,11 @@ def _json_start(text: str) -> str:
 
 
 def _gpus(result: dict[str, Any]) -> list[int]:
+    if "entity_id" in result:  # DCGM 4: one result per entity (NVIDIA/DCGM#215)
+        if str(result.get("entity_group") or "GPU").upper() != "GPU":
+            return []
+        raw: Any = result.get("entity_id")
+        return [raw] if isinstance(raw, int) else [int(raw)] if str(raw).isdigit() else []
     raw = result.get("gpu_ids", result.get("gpu_id"))
     if isinstance(raw, int):
         return [raw]

@@ -18,6 +18,7 @@ from probe_fakes import FakeHost, judge, stack
 
 PASS_8 = "dcgmi-diag-json__dcgm3.1.0_8gpu_level1_pass_nvidia_test.txt"
 SKIPS = "dcgmi-diag-json__dcgm_level3_t400_skips_issue139_partial.txt"
+DCGM4 = "dcgmi-diag-json__dcgm4_level3_8gpu_diagnostic_issue215_partial.txt"
 
 
 def issue139() -> str:
@@ -62,6 +63,18 @@ def test_real_skips_are_skip_never_pass() -> None:
     assert {r["status"] for r in parsed["results"]} == {"skip"}
     assert parsed["results"][0]["gpus"] == [0]  # "gpu_id" : "0"
     assert parsed["results"][0]["reason"] == "DCGM skipped the test and gave no reason"
+
+
+def test_real_dcgm4_results_by_entity() -> None:
+    # NVIDIA/DCGM#215 posted one test object of a DCGM 4 `-r 3` run; the document around it (root
+    # "DCGM Diagnostic", the category) is not in that capture and is added here
+    test = json.loads(capture(DCGM4).rstrip().rstrip(","))
+    category = {"category": "Hardware", "tests": [test]}
+    text = json.dumps({"DCGM Diagnostic": {"test_categories": [category]}})
+    parsed = dcgm.parse_diag(text)
+    assert [r["gpus"] for r in parsed["results"]] == [[g] for g in range(8)]
+    assert {r["status"] for r in parsed["results"]} == {"pass"}
+    assert parsed["results"][0]["test"] == "diagnostic"
 
 
 def test_pass_with_an_error_behind_it_is_unknown() -> None:
