@@ -162,6 +162,7 @@ def test_skipped_tests_are_skip_with_the_reason() -> None:
     check = deep(host_with(0, issue139()))["by_id"]["health.dcgm_diag"]
     assert check["status"] == "skip"
     assert "PCIe skip on GPU 0" in check["message"] and "gave no reason" in check["message"]
+    assert check["action"] == "none" and "(action:" not in check["message"]
 
 
 def test_without_dcgm_it_says_so() -> None:
@@ -175,6 +176,7 @@ def test_timeout_is_unknown_not_pass() -> None:
     h = host_with(-9, "", "timed out after 900 s")
     check = deep(h)["by_id"]["health.dcgm_diag"]
     assert check["status"] == "skip" and "did not finish within 900 s" in check["message"]
+    assert check["action"] == "drain" and check["message"].endswith("(action: drain)")
 
 
 def test_not_in_the_default_probe() -> None:

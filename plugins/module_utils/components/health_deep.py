@@ -14,6 +14,7 @@ from __future__ import absolute_import, annotations, division, print_function
 from typing import Any
 
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
+    ACTIONS,
     CheckSpec,
     Context,
 )
@@ -86,6 +87,7 @@ def judge(ctx: Context) -> None:
             level,
             d.get("timeout_s"),
         )
+        msg += " (action: drain)"
         ctx.add(
             "health.dcgm_diag", "skip", expected, "timed out", msg, spec.remediation, action="drain"
         )
@@ -140,16 +142,24 @@ def judge(ctx: Context) -> None:
     if parsed.get("runtime_error"):
         parts.append("DCGM runtime error: %s" % parsed["runtime_error"])
     if status == "pass":
-        msg = "dcgmi diag -r %s (DCGM %s): %d results passed" % (level, parsed.get("version"), ran)
+        msg = "dcgmi diag -r %s (DCGM %s): %d results passed" % (
+            level,
+            parsed.get("version") or "?",
+            ran,
+        )
         if parts:
             msg += "; warnings: " + "; ".join(parts)
     else:
-        msg = "dcgmi diag -r %s (DCGM %s): %s" % (level, parsed.get("version"), "; ".join(parts))
-    ladder = ("none", "monitor", "drain", "reset_gpu", "reboot", "service")
-    action = max((f["action"] for f in shown), key=ladder.index, default="none")
+        msg = "dcgmi diag -r %s (DCGM %s): %s" % (
+            level,
+            parsed.get("version") or "?",
+            "; ".join(parts),
+        )
+    action = max((f["action"] for f in shown), key=ACTIONS.index, default="none")
     actual = "%d failed, %d skipped/unknown of %d" % (len(failed), len(unsure), ran)
     extra: dict[str, Any] = {"findings": findings}
     if status != "pass":
         extra["action"] = action
-        msg += " (action: %s)" % action
+        if action != "none":
+            msg += " (action: %s)" % action
     ctx.add("health.dcgm_diag", status, expected, actual, msg, spec.remediation, **extra)
