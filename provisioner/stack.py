@@ -90,6 +90,7 @@ SCHEMA: dict[str, Any] = {
         "thresholds": Field((dict,)),
     },
     "dcgm": {
+        "install": Field((bool,)),
         "diag_level": Field((int,), choices=(1, 2, 3, 4)),
         "diag_timeout_s": Field((int,)),
     },

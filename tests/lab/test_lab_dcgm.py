@@ -3,7 +3,10 @@
 Locally: the fake's JSON goes through the probe's parser (plugins/module_utils/dcgm.py) with each
 fault of the description's `faults` list. On a fleet: `provision check --deep` on three hosts, one
 passing, one with a failing DCGM test (named GPU and action), one with a skipped test (skip, never
-pass). DCGM is not a lab package: the test installs the simulated dcgmi on the hosts itself.
+pass); there the test installs the simulated dcgmi on the hosts itself. With the stack key
+dcgm.install on, the roles install NVIDIA's DCGM package from the lab's model of NVIDIA's repository
+(datacenter-gpu-manager-4-cuda12 -> -4-core, which carries the simulated dcgmi and nv-hostengine):
+`provision check --deep` then runs the installed dcgmi, and a second run changes nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from test_roles_helpers import fleet_args, provision_cli
+from test_roles_helpers import fleet_args, provision_cli, run_playbook, stack_vars
 
 from lab.payload import PAYLOAD_DIR, read
 from lab.profiles import host_description
@@ -107,3 +110,38 @@ def test_check_deep_pass_fail_skip(fleet_factory: Any, tmp_path: Path) -> None:
     assert ordered[2]["status"] == "skip", ordered[2]
     assert "PCIe skip on GPU 0" in ordered[2]["message"], ordered[2]
     assert all(checks["health.dcgm"]["status"] == "pass" for checks in by_host.values())
+
+
+def test_roles_install_dcgm_and_check_deep_runs_it(fleet_factory: Any, tmp_path: Path) -> None:
+    fleet = fleet_factory(1, ["rtx4090-4"])
+    host = fleet.hosts[0].name
+    ev = stack_vars(fleet.stack_path, gpu_stack_dcgm_install=True)
+    run = run_playbook(fleet, "site.yml", ev, tmp=tmp_path / "site", skip_tags="pytorch,validation")
+    assert run.rc == 0, run.output[-6000:]
+    res = fleet.run(
+        host,
+        "dpkg-query -W -f='${Package} ${Version}\\n' 'datacenter-gpu-manager-4-*'; "
+        "command -v dcgmi; systemctl is-enabled nvidia-dcgm; systemctl is-active nvidia-dcgm",
+        timeout=60,
+    )
+    assert res.stdout.split("\n")[:5] == [
+        "datacenter-gpu-manager-4-core 1:4.4.0-1",
+        "datacenter-gpu-manager-4-cuda12 1:4.4.0-1",
+        "/usr/bin/dcgmi",
+        "enabled",
+        "active",
+    ], res.stdout
+
+    proc, data = provision_cli(tmp_path, "check", "--deep", *fleet_args(fleet))
+    checks = {c["id"]: c for c in data["hosts"][host]["checks"]}
+    assert checks["health.dcgm"]["status"] == "pass", checks["health.dcgm"]
+    assert checks["health.dcgm"]["actual"] == "/usr/bin/dcgmi", checks["health.dcgm"]
+    assert checks["health.dcgm_diag"]["status"] == "pass", checks["health.dcgm_diag"]
+    assert "dcgmi diag -r 1" in checks["health.dcgm_diag"]["message"], proc.stdout[-3000:]
+
+    again = run_playbook(
+        fleet, "site.yml", ev, tmp=tmp_path / "again", skip_tags="pytorch,validation"
+    )
+    assert again.rc == 0, again.output[-4000:]
+    changed = [ln for ln in again.output.splitlines() if ln.startswith("changed:")]
+    assert again.changed(host) == 0, changed
