@@ -288,9 +288,9 @@ CATALOG = {
     # the deep health tier (components/health_deep.py declares them; a unit test keeps them equal)
     "health.dcgm": {
         "verifies": "NVIDIA DCGM (dcgmi) is installed, so the deep health tier can run",
-        "remediation": "install NVIDIA DCGM from NVIDIA's CUDA repository "
-        "(datacenter-gpu-manager-4-cuda<CUDA major>, e.g. datacenter-gpu-manager-4-cuda12); "
-        "the roles do not install it",
+        "remediation": "set dcgm.install: true in the stack and run provision (the nvidia_driver "
+        "role installs datacenter-gpu-manager-4-cuda<CUDA major> from NVIDIA's CUDA repository), "
+        "or install it yourself",
         "action": "none",
     },
     "health.dcgm_diag": {

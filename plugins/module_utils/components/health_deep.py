@@ -28,8 +28,9 @@ SECTIONS = ("dcgm", "gpu")
 DEFAULT_LEVEL = 1
 DEFAULT_TIMEOUT_S = 900
 INSTALL = (
-    "install NVIDIA DCGM from NVIDIA's CUDA repository (datacenter-gpu-manager-4-cuda<CUDA major>, "
-    "e.g. datacenter-gpu-manager-4-cuda12); the roles do not install it"
+    "set dcgm.install: true in the stack and run provision (the nvidia_driver role installs "
+    "datacenter-gpu-manager-4-cuda<CUDA major> from NVIDIA's CUDA repository), "
+    "or install it yourself"
 )
 
 CHECKS = (
