@@ -56,6 +56,8 @@ PROGRAMS = {
     "nvidia-persistenced": "persistenced.py",
     "nv-fabricmanager": "fabricmanager.py",
     "dkms": "dkms.py",
+    "dcgmi": "dcgmi.py",
+    "nv-hostengine": "nv_hostengine.py",
 }
 
 

@@ -206,6 +206,11 @@ def build_extravars(
             extravars["gpu_stack_validation_enabled"] = bool(s.validate)
         elif s.command == "validate":
             extravars["gpu_stack_validation_enabled"] = True
+    if "gpu_stack_health_deep" not in given and s.command in ("check", "validate"):
+        # the deep health tier (DCGM diag): asked for with check --deep, on in validate
+        extravars["gpu_stack_health_deep"] = (
+            bool(s.deep) if s.deep is not None else s.command == "validate"
+        )
     if s.no_reboot and "nvidia_driver_allow_reboot" in rest:
         (warn or _echo_err)(
             f"warning: --no-reboot wins over -e nvidia_driver_allow_reboot="

@@ -126,6 +126,9 @@ no_reboot = click.option("--no-reboot", is_flag=True, default=None,
                          help="Never reboot; a host that needs one fails with driver.reboot.")
 validate = click.option("--validate", is_flag=True, default=None,
                         help="Also run the validation role (uses the GPUs).")
+deep = click.option("--deep/--no-deep", default=None,
+                    help="Deep health tier: NVIDIA DCGM's `dcgmi diag -r N` (N = dcgm.diag_level, "
+                    "under dcgm.diag_timeout_s; loads the GPUs). Off for check, on for validate.")
 
 TARGETS = (host, inventory, limit, user, port, key, become, ask_become_pass, forks, connection,
            known_hosts, accept_new_host_keys, wait, local)

@@ -42,6 +42,7 @@ class Settings:
     check_mode: bool | None = None
     no_reboot: bool | None = None
     validate: bool | None = None  # `check --validate`
+    deep: bool | None = None  # `check --deep`, `validate --no-deep`: the DCGM diagnostic
 
     @classmethod
     def from_params(cls, command: str, params: dict[str, Any], **extra: Any) -> Settings:  # noqa: ANN401

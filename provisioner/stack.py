@@ -96,6 +96,11 @@ SCHEMA: dict[str, Any] = {
         "network_interface": _s(r"^[A-Za-z0-9_.:@-]+$", nullable=True),
         "thresholds": Field((dict,)),
     },
+    "dcgm": {
+        "install": Field((bool,)),
+        "diag_level": Field((int,), choices=(1, 2, 3, 4)),
+        "diag_timeout_s": Field((int,)),
+    },
 }
 
 

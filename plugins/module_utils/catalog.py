@@ -121,6 +121,12 @@ CATALOG = {
         "verifies": "the installed driver is of the stack's branch (driver.branch)",
         "remediation": "run `provision` on the host (installs cuda-drivers-<branch> and holds it)",
     },
+    "driver.dcgm": {
+        "verifies": "with dcgm.install in the stack: NVIDIA DCGM's package for the stack's CUDA "
+        "major (datacenter-gpu-manager-4-cuda<major>) is installed and its host engine "
+        "(nvidia-dcgm) is enabled and active once the driver's module is loaded",
+        "remediation": "run `provision` on the host (the nvidia_driver role installs it)",
+    },
     "driver.fabricmanager": {
         "verifies": "on NVSwitch systems, nvidia-fabricmanager runs at "
         "exactly the driver's version (CUDA error 802 without "
@@ -307,6 +313,22 @@ CATALOG = {
     "ssh.timeout": {
         "verifies": "the probe answered within its overall time limit",
         "remediation": "check the host's load and network; rerun, or use --no-preflight",
+    },
+    # the deep health tier (components/health_deep.py declares them; a unit test keeps them equal)
+    "health.dcgm": {
+        "verifies": "NVIDIA DCGM (dcgmi) is installed, so the deep health tier can run",
+        "remediation": "set dcgm.install: true in the stack and run provision (the nvidia_driver "
+        "role installs datacenter-gpu-manager-4-cuda<CUDA major> from NVIDIA's CUDA repository), "
+        "or install it yourself",
+        "action": "none",
+    },
+    "health.dcgm_diag": {
+        "verifies": "`dcgmi diag -r N` (N = dcgm.diag_level) finished within "
+        "dcgm.diag_timeout_s and every test passed on every GPU; skipped tests and "
+        "passes with an error behind them do not pass",
+        "remediation": "read DCGM's message per GPU; drain the node, act as the finding "
+        "says, rerun `provision check --deep`",
+        "action": "reset_gpu",
     },
     "validation.allreduce": {
         "verifies": "an all-reduce sweep returns correct sums and its bus "

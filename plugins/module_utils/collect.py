@@ -16,6 +16,7 @@ import re
 import time
 from typing import Any, Callable
 
+from ansible_collections.provision.gpu.plugins.module_utils import dcgm as dcgm_parse
 from ansible_collections.provision.gpu.plugins.module_utils import gpu as gpu_facts
 from ansible_collections.provision.gpu.plugins.module_utils import health_parsers as hp
 from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
@@ -27,7 +28,7 @@ PACKAGE_RE = re.compile(
     r"linux-objects-nvidia|linux-signatures-nvidia|kernel-devel|kernel-headers|dkms|"
     r"xserver-xorg-video-nvidia|firmware-nvidia|kmod-nvidia|libxnvctrl|libgl1-nvidia|libglx-nvidia|"
     r"libegl-nvidia|python3[0-9.]*-venv|pciutils|epel-release|dnf-plugins-core|"
-    r"python3-dnf-plugin-versionlock)"
+    r"python3-dnf-plugin-versionlock|datacenter-gpu-manager)"
 )
 CUDA_LIB_RE = re.compile(r"(libcudart|libcudnn|libnccl|libcublas)[^ ]*")
 TORCH_PROBE = r"""
@@ -86,7 +87,7 @@ LOCK_FILES = {
     ),
     "rpm": ("/var/lib/rpm/.rpm.lock",),
 }
-UNITS = ("nvidia-persistenced.service", "nvidia-fabricmanager.service")
+UNITS = ("nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-dcgm.service")
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/provision.conf"
 PIN_FILE = "/etc/apt/preferences.d/provision-nvidia-driver"
 
@@ -526,6 +527,27 @@ def health_section(io: HostIO, gpu: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------ first boot and locks
 
 
+def dcgm_section(io: HostIO, params: dict[str, Any]) -> dict[str, Any]:
+    """The deep tier: `dcgmi diag -r N --json` under a hard timeout (only when requested)."""
+    level = int(params.get("dcgm_level") or 1)
+    timeout = int(params.get("dcgm_timeout_s") or 900)
+    out: dict[str, Any] = {"requested": True, "level": level, "timeout_s": timeout}
+    path = io.which("dcgmi")
+    out["installed"] = path is not None
+    out["path"] = path
+    if path is None:
+        return out
+    start = io.now()
+    rc, stdout, stderr = io.run([path, "diag", "-r", str(level), "--json"], timeout=timeout)
+    out["seconds"] = round(io.now() - start, 1)
+    # ModuleIO.run kills the command at the timeout and answers -9
+    out["timed_out"] = rc == -9 and stderr.startswith("timed out")
+    out["rc"] = rc
+    out["stderr"] = stderr[-2000:]
+    out["parsed"] = dcgm_parse.parse_diag(stdout)
+    return out
+
+
 def parse_proc_locks(text: str) -> list[dict[str, Any]]:
     """/proc/locks lines `1: POSIX  ADVISORY  WRITE 2448 08:01:1234 0 EOF` -> pid and file id."""
     out = []
@@ -684,4 +706,6 @@ def collect(
         facts["python"] = python_section(io, params)
     if "torch" in wanted:
         facts["torch"] = torch_section(io, params)
+    if "dcgm" in wanted:
+        facts["dcgm"] = dcgm_section(io, params)
     return facts

@@ -17,14 +17,18 @@ import re
 from typing import Any
 
 from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
-from ansible_collections.provision.gpu.plugins.module_utils.components import REGISTRY
+from ansible_collections.provision.gpu.plugins.module_utils.components import ON_REQUEST, REGISTRY
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import Context
 from ansible_collections.provision.gpu.plugins.module_utils.platforms import (
     upstream_version,
 )
 
-# the components judged here, then the ones in the new shape (components/, by registry)
-COMPONENTS = ("preflight", "repo", "driver", "cuda", "cudnn", "nccl", "env", "pytorch", *REGISTRY)
+# the components judged here, then the ones in the new shape (components/, by registry); the
+# ones judged only when asked for by name (`provision check --deep`) are never in the default
+COMPONENTS = (
+    "preflight", "repo", "driver", "cuda", "cudnn", "nccl", "env", "pytorch",
+    *[name for name in REGISTRY if name not in ON_REQUEST],
+)
 # what each component reads
 SECTIONS = {
     "preflight": ("disk", "packages", "policy", "kernel", "secure_boot", "gpu", "python"),
@@ -866,6 +870,7 @@ class Judge(Context):
             "reboot",
         )
         self._next_boot_check()
+        self._dcgm_check(state)
         self.report.update(
             {
                 "driver_version": smi_v or user or None,
@@ -1059,6 +1064,32 @@ class Judge(Context):
                 "fabric manager only where NVSwitch is present",
                 self.fix,
             )
+
+    def _dcgm_check(self, state: str) -> None:
+        """With dcgm.install in the stack: NVIDIA DCGM's package for the stack's CUDA major is
+        installed, and its host engine (nvidia-dcgm) runs where the package ships the unit and the
+        driver's module is loaded (the deep health tier's `dcgmi diag` needs both)."""
+        if not flag((self.stack.get("dcgm") or {}).get("install"), False):
+            self.add("driver.dcgm", "skip", None, None, "DCGM is not part of the stack", "")
+            return
+        major = str((self.stack.get("cuda") or {}).get("version") or "").split(".")[0]
+        name = "datacenter-gpu-manager-4-cuda%s" % major
+        unit = self.section("units").get("nvidia-dcgm") or {}
+        installed = name in self.installed
+        shipped = unit.get("load", "not-found") != "not-found"
+        running = unit.get("active") == "active" and unit.get("enabled") == "enabled"
+        ok = installed and (running or not shipped or state != "ok")
+        self.add(
+            "driver.dcgm",
+            "pass" if ok else self.bad,
+            "%s installed, nvidia-dcgm enabled and active" % name,
+            "%s; nvidia-dcgm %s/%s" % (
+                "installed" if installed else "not installed",
+                unit.get("enabled") or "-", unit.get("active") or "-",
+            ),
+            "NVIDIA DCGM (dcgm.install in the stack) for the deep health tier",
+            self.fix,
+        )
 
     def _next_boot_check(self) -> None:
         k = self.section("kernel")

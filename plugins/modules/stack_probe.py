@@ -30,10 +30,13 @@ options:
     type: dict
     required: true
   components:
-    description: What to probe and judge.
+    description:
+      - What to probe and judge. C(health_deep) (NVIDIA DCGM's C(dcgmi diag -r N), N and its hard
+        timeout from the stack's C(dcgm.diag_level) and C(dcgm.diag_timeout_s)) loads the GPUs and
+        runs only when named; it is never in the default.
     type: list
     elements: str
-    choices: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch, health]
+    choices: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch, health, health_deep]
     default: [preflight, repo, driver, cuda, cudnn, nccl, env, pytorch, health]
   require:
     description:
@@ -200,7 +203,7 @@ def main():
             "components": {
                 "type": "list",
                 "elements": "str",
-                "choices": COMPONENTS,
+                "choices": COMPONENTS + list(ev.ON_REQUEST),
                 "default": COMPONENTS,
             },
             "require": {"type": "list", "elements": "str", "default": []},
@@ -222,6 +225,8 @@ def main():
         "env_users": (stack.get("env") or {}).get("users") or ["root"],
         "pytorch_python": (stack.get("pytorch") or {}).get("python"),
         "pytorch_venv": (stack.get("pytorch") or {}).get("venv"),
+        "dcgm_level": (stack.get("dcgm") or {}).get("diag_level"),
+        "dcgm_timeout_s": (stack.get("dcgm") or {}).get("diag_timeout_s"),
     }
     if module.params["lock_run_id"] and not module.check_mode:
         lk.refresh(module.params["lock_run_id"])

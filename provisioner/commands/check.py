@@ -18,6 +18,7 @@ from provisioner.exitcodes import EXIT_CODES_HELP
 @options.targets
 @options.run_opts
 @options.validate
+@options.deep
 @click.pass_context
 def check(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Read-only compliance check: every check passes, drifts or fails; nothing is changed.

@@ -254,6 +254,10 @@ def stack(**over: Any) -> dict[str, Any]:
         },
         "kernel_modules": "auto",
         "health": {"expected_gpus": 0},
+        "dcgm": {
+            "diag_level": v["gpu_stack_dcgm_diag_level"],
+            "diag_timeout_s": v["gpu_stack_dcgm_diag_timeout_s"],
+        },
     }
     for key, value in over.items():
         node = desired
@@ -281,6 +285,8 @@ def judge(
         "env_users": desired["env"].get("users") or ["root"],
         "pytorch_python": desired["pytorch"]["python"],
         "pytorch_venv": desired["pytorch"]["venv"],
+        "dcgm_level": (desired.get("dcgm") or {}).get("diag_level"),
+        "dcgm_timeout_s": (desired.get("dcgm") or {}).get("diag_timeout_s"),
     }
     probe_params.update(params or {})
     facts = c.collect(
