@@ -4,7 +4,8 @@
 - README.md: the "Supported targets" table, between its GENERATED PLATFORMS markers;
 - plugins/module_utils/platforms.py: SUPPORTED and REFUSED, between its GENERATED markers (the probe
   runs on targets: it cannot read provisioner/data);
-- plugins/module_utils/catalog.py: the text of the check preflight.os, between its markers.
+- plugins/module_utils/components/preflight.py: the text of the check preflight.os, between its
+  markers.
 
 The CUDA column and the consistency of each release's status come from the matrix row of the
 release's NVIDIA directory for the default stack's CUDA.
@@ -171,12 +172,13 @@ def platforms_block(table: dict[str, Any]) -> str:
 def catalog_block(table: dict[str, Any]) -> str:
     return "\n".join([
         "    " + PY_BEGIN,
-        '    "preflight.os": {',
-        '        "verifies": (',
+        "    CheckSpec(",
+        '        "preflight.os",',
+        "        (",
         _py_str(os_verifies(table), " " * 12),
         "        ),",
-        '        "remediation": "use a supported distribution release",',
-        "    },",
+        '        "use a supported distribution release",',
+        "    ),",
         "    " + PY_END,
     ])
 
@@ -197,7 +199,7 @@ def render(repo: Path, table: dict[str, Any] | None = None) -> dict[Path, str]:
     plat = mu / "platforms.py"
     out[plat] = _replace(plat.read_text(encoding="utf-8"), PY_BEGIN, PY_END,
                          platforms_block(table), plat)
-    cat = mu / "catalog.py"
+    cat = mu / "components" / "preflight.py"
     out[cat] = _replace(cat.read_text(encoding="utf-8"), "    " + PY_BEGIN, "    " + PY_END,
                         catalog_block(table), cat)
     return out

@@ -1,12 +1,41 @@
 # -*- coding: utf-8 -*-
 # Copyright: the provision authors. Apache-2.0.
-"""The stack's components, one module each (see base.py for the shape)."""
+"""The stack's components, one module each (see base.py for the shape).
+
+COMPONENTS lists every component module in the order a provisioning run applies their roles; each
+declares NAMES or NAME, ROLE and CHECKS (the catalogue, catalog.py, is derived from them).
+preflight .. pytorch are judged by evaluate.py's Judge, the union of their classes; the REGISTRY
+modules (health, health_deep) judge with a function, judge(ctx).
+"""
 
 from __future__ import absolute_import, annotations, division, print_function
 
-from ansible_collections.provision.gpu.plugins.module_utils.components import health, health_deep
+from ansible_collections.provision.gpu.plugins.module_utils.components import (
+    cuda,
+    driver,
+    env,
+    health,
+    health_deep,
+    libraries,
+    preflight,
+    pytorch,
+    repo,
+    validation,
+)
 
-# The components already in the new shape, by NAME (evaluate.py judges the others itself).
+COMPONENTS = (
+    preflight,
+    repo,
+    driver,
+    cuda,
+    libraries,
+    env,
+    pytorch,
+    validation,
+    health,
+    health_deep,
+)
+# The components in the function shape, by NAME (evaluate.py calls their judge(ctx)).
 REGISTRY = {health.NAME: health, health_deep.NAME: health_deep}
 # judged only when asked for by name (`provision check --deep`: DCGM loads the GPUs), never by
 # default

@@ -1,0 +1,738 @@
+# -*- coding: utf-8 -*-
+# Copyright: the provision authors. Apache-2.0.
+"""The driver component: the pinned driver branch, nouveau, persistenced, fabric manager, reboots
+(role nvidia_driver).
+"""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+import re
+from typing import Any
+
+from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
+    CheckSpec,
+)
+from ansible_collections.provision.gpu.plugins.module_utils.components.facts import (
+    Facts,
+    flag,
+)
+from ansible_collections.provision.gpu.plugins.module_utils.platforms import (
+    upstream_version,
+)
+
+NAMES = ("driver",)
+ROLE = "nvidia_driver"
+
+CHECKS = (
+    CheckSpec(
+        "driver.branch",
+        "the installed driver is of the stack's branch (driver.branch)",
+        (
+            "run `provision` on the host (installs cuda-drivers-<branch> and holds it)"
+        ),
+    ),
+    CheckSpec(
+        "driver.dcgm",
+        (
+            "with dcgm.install in the stack: NVIDIA DCGM's package for the stack's CUDA "
+            "major (datacenter-gpu-manager-4-cuda<major>) is installed and its host "
+            "engine (nvidia-dcgm) is enabled and active once the driver's module is "
+            "loaded"
+        ),
+        "run `provision` on the host (the nvidia_driver role installs it)",
+    ),
+    CheckSpec(
+        "driver.fabricmanager",
+        (
+            "on NVSwitch systems, nvidia-fabricmanager runs at exactly the driver's "
+            "version (CUDA error 802 without it); absent elsewhere"
+        ),
+        (
+            "run `provision` on the host (driver.fabricmanager auto|always|never in the "
+            "stack)"
+        ),
+    ),
+    CheckSpec(
+        "driver.flavor",
+        (
+            "the open kernel-module flavour is only used where every GPU is Turing or "
+            "newer (compute capability >= 7.5)"
+        ),
+        "use driver.flavor proprietary on older GPUs",
+    ),
+    CheckSpec(
+        "driver.hold",
+        (
+            "the driver packages are held (apt-mark hold, dnf versionlock) so upgrades "
+            "cannot move them"
+        ),
+        "run `provision` on the host (it holds them again)",
+    ),
+    CheckSpec(
+        "driver.module_loaded",
+        (
+            "the loaded kernel module matches the installed userspace driver (no "
+            "\"Driver/library version mismatch\", nvidia-smi exit 18)"
+        ),
+        "reboot the host (the module of the new driver loads at boot)",
+    ),
+    CheckSpec(
+        "driver.next_boot",
+        (
+            "the kernel the host boots next (and the running one) has an NVIDIA module "
+            "built for it"
+        ),
+        (
+            "install the headers for the new kernel and run dkms autoinstall, or run "
+            "`provision` on the host"
+        ),
+    ),
+    CheckSpec(
+        "driver.nouveau_blacklist",
+        "nouveau is blacklisted in /etc/modprobe.d and the initramfs",
+        "run `provision` on the host, then reboot",
+    ),
+    CheckSpec(
+        "driver.persistence",
+        (
+            "nvidia-persistenced runs with persistence mode on (a drop-in where the "
+            "packaged unit runs --no-persistence-mode, as Ubuntu's) and every GPU reports"
+            " Persistence Mode Enabled"
+        ),
+        "run `provision` on the host",
+    ),
+    CheckSpec(
+        "driver.pin",
+        (
+            "apt preferences pin every driver package to the stack's branch or exact "
+            "version (/etc/apt/preferences.d/provision-nvidia-driver), so one transaction"
+            " never mixes versions; beside an adopted Canonical driver, only the fabric "
+            "manager, at that driver's version"
+        ),
+        "run `provision` on the host",
+    ),
+    CheckSpec(
+        "driver.reboot",
+        (
+            "no reboot is pending for the driver (under --no-reboot a needed reboot fails"
+            " this check)"
+        ),
+        (
+            "reboot the host in your maintenance window, then run `provision` (or "
+            "`provision validate`)"
+        ),
+    ),
+    CheckSpec(
+        "driver.secure_boot",
+        (
+            "the driver modules can load: Secure Boot off, Canonical's signed modules "
+            "adopted, or a declared signed path (gpu_stack_secure_boot_signed)"
+        ),
+        (
+            "enrol a MOK key at the console or use signed modules, or disable Secure Boot"
+        ),
+    ),
+    CheckSpec(
+        "driver.version",
+        (
+            "the installed driver is the stack's version (driver.version), or the newest "
+            "of the branch when that is null"
+        ),
+        "run `provision` on the host",
+    ),
+)
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/provision.conf"
+
+PIN_FILE = "/etc/apt/preferences.d/provision-nvidia-driver"
+
+BLACKLIST_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
+
+BLACKLIST = (
+    "# Managed by provision (nvidia_driver role)\nblacklist nouveau\noptions nouveau modeset=0\n"
+)
+
+OPEN_MODULE_RE = re.compile(
+    r"^(nvidia-dkms-\d+(-server)?-open|nvidia-kernel-open-\d+|"
+    r"nvidia-kernel-source-\d+(-server)?-open|linux-modules-nvidia-\d+(-server)?-open-\d.*|"
+    r"nvidia-kernel-open-dkms|kmod-nvidia-open-dkms)$"
+)
+
+PROPRIETARY_MODULE_RE = re.compile(
+    r"^(nvidia-dkms-\d+(-server)?|nvidia-kernel-source-\d+(-server)?|"
+    r"linux-modules-nvidia-\d+(-server)?-\d.*|nvidia-kernel-dkms|kmod-nvidia-latest-dkms)$"
+)
+
+
+
+class Driver(Facts):
+    """Judges driver (methods of the one Judge: evaluate.py)."""
+
+    # ------------------------------------------------------------------ driver
+    def driver(self) -> None:
+        plat = self.plat
+        d = self.drv()
+        b = str(d.get("branch"))
+        v = str(d.get("version") or "")
+        flavor = str(d.get("flavor") or "proprietary")
+        g = self.gpu
+        ds = self.driver_state()
+        adopted = self.driver_adopted(ds)
+        user = ds["userspace"]
+        expected_version = v or "%s.*" % b
+        blocked, sb_actual = self.secure_boot_blocked()
+        self.add(
+            "driver.secure_boot",
+            "fail" if blocked else "pass",
+            "Secure Boot disabled, or a signed module path",
+            sb_actual,
+            self._secure_boot_message() if blocked else "module signing not an issue",
+            "enrol a MOK key at the console or use signed modules, then set "
+            "gpu_stack_secure_boot_signed=true",
+        )
+        self._driver_flavor(flavor, ds, adopted)
+        branch_ok = ds["branch"] == b and not ds["other_branch"]
+        self.add(
+            "driver.branch",
+            "pass" if branch_ok else self.bad,
+            "branch %s only" % b,
+            ("installed %s" % user if user else "no driver package")
+            + ((", other branches: " + " ".join(ds["other_branch"])) if ds["other_branch"] else ""),
+            "driver branch",
+            self.fix,
+        )
+        smi_v = g.get("driver_version") or ""
+        state = g.get("state", "unknown")
+        user_ok = ds["branch"] == b and (not v or user == v)
+        smi_ok = state != "ok" or (smi_v.startswith(b + ".") and (not v or smi_v == v))
+        self.add(
+            "driver.version",
+            "pass" if user_ok and smi_ok else self.bad,
+            expected_version,
+            "userspace %s, nvidia-smi %s" % (user or "none", smi_v or state),
+            "driver version (packages and nvidia-smi)",
+            self.fix,
+        )
+        if state == "ok" and smi_v == user and user:
+            mstatus = "pass"
+        elif not user and state in ("not_installed", "no_device"):
+            mstatus = "skip"
+        else:
+            mstatus = "fail"
+        self.add(
+            "driver.module_loaded",
+            mstatus,
+            "loaded module %s" % (user or expected_version),
+            smi_v if state == "ok" else (g.get("message") or state),
+            "loaded kernel module does not match the userspace driver (driver/library mismatch)"
+            if state == "version_mismatch"
+            else "loaded module vs userspace",
+            "reboot" if state in ("version_mismatch", "driver_not_loaded") else self.fix,
+        )
+        fm_names = plat.fabricmanager_packages(b)
+        want_fm = self._want_fabricmanager()
+        branch_pkgs = self.hold_set(ds, want_fm, fm_names)
+        hold_on = flag(d.get("hold"))
+        unheld = [n for n in branch_pkgs if n not in self.held]
+        self.add(
+            "driver.hold",
+            "skip" if not hold_on else ("pass" if branch_pkgs and not unheld else self.bad),
+            "held: %s" % (" ".join(branch_pkgs) or "driver packages"),
+            ("not held: " + " ".join(unheld))
+            if unheld
+            else ("held" if branch_pkgs else "no driver packages"),
+            "driver packages held against unattended upgrades",
+            self.fix,
+        )
+        if not plat.apt:
+            pin = ""
+        elif not adopted:
+            pin = plat.apt_pin(b, v)
+        else:
+            # an adopted Canonical driver is not pinned, but NVIDIA's fabric manager beside it
+            # must be at its version (nv-fabricmanager refuses another driver version), not the
+            # newest of the branch
+            pin = plat.apt_pin(b, user, only=fm_names) if want_fm and user else ""
+        self._pin_check(pin)
+        self._persistence_check()
+        self._fabricmanager_check(want_fm, fm_names, user, expected_version)
+        bl = self.section("kernel").get("blacklist") or ""
+        self.add(
+            "driver.nouveau_blacklist",
+            "pass" if "blacklist nouveau" in bl else self.bad,
+            "%s blacklists nouveau" % BLACKLIST_FILE,
+            "present" if "blacklist nouveau" in bl else "missing",
+            "nouveau blacklisted",
+            self.fix,
+        )
+        nouveau = "nouveau" in (self.section("kernel").get("loaded") or [])
+        reboot = (
+            state == "version_mismatch"
+            or (nouveau and state != "ok")
+            or (state == "driver_not_loaded" and bool(user))
+        )
+        self.add(
+            "driver.reboot",
+            self.bad if reboot else "pass",
+            "no reboot pending",
+            ("reboot required: %s" % (g.get("message") or state)) if reboot else "none pending",
+            "reboot required" if reboot else "no reboot pending",
+            "reboot",
+        )
+        self._next_boot_check()
+        self._dcgm_check(state)
+        self.report.update(
+            {
+                "driver_version": smi_v or user or None,
+                "driver_userspace_version": user or None,
+                "driver_branch": b,
+                "driver_flavor": flavor,
+                "driver_state": state,
+                "driver_package": ds["main"],
+                "driver_adopted": adopted,
+                "cuda_driver_version": g.get("cuda_driver_version"),
+                "gpu_count": g.get("gpu_count"),
+                "gpu_model": g.get("gpu_model"),
+                "fabricmanager": want_fm,
+                "held_packages": sorted(n for n in self.held if plat.is_driver_package(n)),
+            }
+        )
+        self.plan["driver"] = self._driver_plan(ds, adopted, pin, want_fm, fm_names, reboot)
+
+    def hold_set(self, ds: dict[str, Any], want_fm: bool, fm_names: list[str]) -> list[str]:
+        """The installed driver packages that must be held: the stack's branch (not another's),
+        the fabric manager only where it belongs, and on apt only packages at a driver version
+        (Debian's contrib helpers such as nvidia-kernel-common 20151021 are not the driver's)."""
+        plat = self.plat
+        d = self.drv()
+        v = str(d.get("version") or "")
+        inst = self.installed
+        return sorted(
+            n
+            for n in ds["family"]
+            if n not in ds["other_branch"]
+            and (not re.match(plat.fabricmanager_re(), n) or (want_fm and n in fm_names))
+            and (not plat.apt or self._versioned(n) or n.startswith("cuda-drivers"))
+            and (not v or not self._versioned(n) or upstream_version(inst[n]["version"]) == v)
+        )
+
+    def _versioned(self, name: str) -> bool:
+        """Packages whose version is the driver's (not Debian contrib helpers like
+        nvidia-kernel-common 20151021 or nvidia-installer-cleanup)."""
+        inst = self.installed.get(name)
+        if not inst:
+            return False
+        return re.match(r"^\d{3}\.", upstream_version(inst["version"])) is not None
+
+    def _want_fabricmanager(self) -> bool:
+        policy = str(self.drv().get("fabricmanager") or "auto")
+        if policy == "always":
+            return True
+        if policy == "never":
+            return False
+        return bool(self.gpu.get("nvswitch_present"))
+
+    def _pin_check(self, pin: str) -> None:
+        if not pin:
+            return
+        current = self.section("kernel").get("pin_file")
+        ok = current == pin
+        self.add(
+            "driver.pin",
+            "pass" if ok else self.bad,
+            "%s pins the driver packages (%s)" % (PIN_FILE, pin.splitlines()[2]),
+            "as managed" if ok else ("missing" if current is None else "edited"),
+            "apt preferences keep every driver package at one version",
+            self.fix,
+        )
+
+    def persistence_settings(self) -> dict[str, Any]:
+        """How persistence mode is made to hold on this OS. Ubuntu's packaged unit is static
+        (started by udev when the driver binds), has StopWhenUnneeded=true and runs
+        --no-persistence-mode (canonical/nvidia-graphics-drivers:debian/templates/
+        nvidia-compute-utils-flavour.nvidia-persistenced.service.in): a drop-in turns persistence
+        mode on, as NVIDIA/ansible-role-nvidia-driver's override does. EL's and Debian's units have
+        [Install] and no such flag: enabled and started, no drop-in (unless the packaged command
+        does carry --no-persistence-mode)."""
+        u = self.section("units").get("nvidia-persistenced") or {}
+        packaged = list(u.get("packaged_exec_start") or [])
+        if self.plat.persistenced_is_virtual():
+            command = [
+                "/usr/bin/nvidia-persistenced",
+                "--user",
+                "nvidia-persistenced",
+                "--persistence-mode",
+                "--verbose",
+            ]
+        elif "--no-persistence-mode" in packaged:
+            command = [
+                ("--persistence-mode" if a == "--no-persistence-mode" else a) for a in packaged
+            ]
+        else:
+            command = []
+        content = ""
+        if command:
+            content = (
+                "# Managed by provision (nvidia_driver role): persistence mode on. The packaged\n"
+                "# unit runs --no-persistence-mode; StopWhenUnneeded=false keeps the daemon when\n"
+                "# it was started by hand rather than by udev.\n"
+                "[Unit]\nStopWhenUnneeded=false\n\n[Service]\nExecStart=\nExecStart=%s\n"
+                % " ".join(command)
+            )
+        return {
+            "dropin": PERSISTENCED_DROPIN if command else "",
+            "dropin_content": content,
+            "install": [] if self.plat.persistenced_is_virtual() else ["nvidia-persistenced"],
+            # a static unit cannot be enabled: udev starts it
+            "enable": not self.plat.persistenced_is_virtual()
+            and (u.get("enabled") or "") not in ("static", "masked"),
+        }
+
+    def _persistence_check(self) -> None:
+        d = self.drv()
+        if not flag(d.get("persistence")):
+            self.add(
+                "driver.persistence",
+                "skip",
+                "persistence not managed (disabled)",
+                None,
+                "persistence mode",
+                "",
+            )
+            return
+        u = self.section("units").get("nvidia-persistenced") or {}
+        gpus = self.gpu.get("gpus") or []
+        modes = sorted({str(x.get("persistence_mode")) for x in gpus}) or ["no GPUs listed"]
+        s = self.persistence_settings()
+        dropin_ok = (
+            not s["dropin"]
+            or self.section("units").get("persistenced_dropin") == s["dropin_content"]
+        )
+        unit_ok = u.get("active") == "active" and (u.get("enabled") in ("enabled", "static"))
+        gpu_ok = bool(gpus) and all(x.get("persistence_mode") == "Enabled" for x in gpus)
+        ok = unit_ok and gpu_ok and dropin_ok
+        self.add(
+            "driver.persistence",
+            "pass" if ok else self.bad,
+            "nvidia-persistenced active with --persistence-mode; persistence mode Enabled on "
+            "every GPU",
+            "unit %s/%s%s; GPUs: %s"
+            % (
+                u.get("enabled") or "?",
+                u.get("active") or "?",
+                "" if dropin_ok else "; drop-in missing or edited",
+                ",".join(modes),
+            ),
+            "persistence mode",
+            self.fix,
+        )
+
+    def _fabricmanager_check(
+        self, want: bool, names: list[str], user: str, expected_version: str
+    ) -> None:
+        inst = self.installed
+        fm_inst = sorted(n for n in inst if re.match(self.plat.fabricmanager_re(), n))
+        fm = self.section("units").get("nvidia-fabricmanager") or {}
+        main = names[0]
+        fm_ver = upstream_version(inst[main]["version"]) if main in inst else ""
+        if want:
+            ok = (
+                bool(user)
+                and fm_ver == user
+                and fm.get("active") == "active"
+                and all(n in inst for n in names)
+            )
+            status = "pass" if ok else ("fail" if fm_ver and user and fm_ver != user else self.bad)
+            self.add(
+                "driver.fabricmanager",
+                status,
+                "%s %s active" % (" ".join(names), user or expected_version),
+                "%s %s %s" % (" ".join(fm_inst) or "not installed", fm_ver, fm.get("active", "?")),
+                "fabric manager must equal the driver version on NVSwitch systems",
+                self.fix,
+            )
+        elif (
+            not self.gpu.get("lspci_available")
+            and str(self.drv().get("fabricmanager") or "auto") == "auto"
+        ):
+            # minimal images lack lspci: an HGX A100 (no Fabric section in nvidia-smi -q) is then
+            # not seen as an NVSwitch system; the role installs pciutils and probes again
+            self.add(
+                "driver.fabricmanager",
+                self.bad,
+                "NVSwitch presence known (lspci)",
+                "lspci missing (pciutils not installed)",
+                "cannot tell whether NVSwitch is present without lspci",
+                self.fix,
+            )
+        else:
+            self.add(
+                "driver.fabricmanager",
+                "pass" if not fm_inst else self.bad,
+                "no fabric manager (no NVSwitch)",
+                " ".join(fm_inst) or "not installed",
+                "fabric manager only where NVSwitch is present",
+                self.fix,
+            )
+
+    def _dcgm_check(self, state: str) -> None:
+        """With dcgm.install in the stack: NVIDIA DCGM's package for the stack's CUDA major is
+        installed, and its host engine (nvidia-dcgm) runs where the package ships the unit and the
+        driver's module is loaded (the deep health tier's `dcgmi diag` needs both)."""
+        if not flag((self.stack.get("dcgm") or {}).get("install"), False):
+            self.add("driver.dcgm", "skip", None, None, "DCGM is not part of the stack", "")
+            return
+        major = str((self.stack.get("cuda") or {}).get("version") or "").split(".")[0]
+        name = "datacenter-gpu-manager-4-cuda%s" % major
+        unit = self.section("units").get("nvidia-dcgm") or {}
+        installed = name in self.installed
+        shipped = unit.get("load", "not-found") != "not-found"
+        running = unit.get("active") == "active" and unit.get("enabled") == "enabled"
+        ok = installed and (running or not shipped or state != "ok")
+        self.add(
+            "driver.dcgm",
+            "pass" if ok else self.bad,
+            "%s installed, nvidia-dcgm enabled and active" % name,
+            "%s; nvidia-dcgm %s/%s" % (
+                "installed" if installed else "not installed",
+                unit.get("enabled") or "-", unit.get("active") or "-",
+            ),
+            "NVIDIA DCGM (dcgm.install in the stack) for the deep health tier",
+            self.fix,
+        )
+
+    def _next_boot_check(self) -> None:
+        k = self.section("kernel")
+        kernels = k.get("kernels") or []
+        ko = k.get("nvidia_ko") or {}
+        must = [x for x in (self.plat.kernel, k.get("default_kernel") or "") if x]
+        must = sorted(set(must))
+        missing = [x for x in kernels if not ko.get(x) and x in must]
+        others = [x for x in kernels if not ko.get(x) and x not in must]
+        if not kernels:
+            status, actual = "skip", "no kernels under /lib/modules (container)"
+        else:
+            status = "pass" if not missing else self.bad
+            actual = (
+                ("missing for: " + " ".join(missing))
+                if missing
+                else ("present for " + " ".join(must))
+            )
+            if others:
+                actual += "; older kernels without one (not judged): " + " ".join(others)
+        self.add(
+            "driver.next_boot",
+            status,
+            "an NVIDIA module for the running and the default boot kernel: " + " ".join(must),
+            actual,
+            "the next boot finds a module",
+            "install the headers for the new kernel (the role installs the flavour's "
+            "linux-headers meta package) and run dkms autoinstall, or " + self.fix,
+        )
+
+    def _driver_plan(
+        self,
+        ds: dict[str, Any],
+        adopted: bool,
+        pin: str,
+        want_fm: bool,
+        fm_names: list[str],
+        reboot: bool,
+    ) -> dict[str, Any]:
+        plat = self.plat
+        d = self.drv()
+        b = str(d.get("branch"))
+        v = str(d.get("version") or "")
+        inst = self.installed
+        change = bool(ds["other_branch"]) or (
+            bool(v) and bool(ds["userspace"]) and ds["userspace"] != v
+        )
+        replace = bool(ds["canonical"]) and not adopted
+        remove = list(ds["other_branch"])
+        if replace:
+            remove += [n for n in ds["canonical"] if n not in remove]
+        fm_installed = sorted(n for n in inst if re.match(plat.fabricmanager_re(), n))
+        if plat.family == "redhat":
+            # one fabric manager name for every branch on EL (nvidia-fabric-manager): dnf keeps
+            # another branch's installed one (`present`), and it would not start against the new
+            # module; it goes with the other branch's packages and is installed again
+            remove += [
+                n
+                for n in fm_installed
+                if plat.package_branch(n, inst[n]["version"]) not in (None, b) and n not in remove
+            ]
+        fm_remove = [] if want_fm else fm_installed
+        fm_remove += [
+            n
+            for n in fm_installed
+            if want_fm
+            and n not in fm_names
+            and n not in fm_remove
+            and not n.startswith("cuda-drivers-fabricmanager")
+        ]
+        unhold = sorted(
+            n
+            for n in self.held
+            if n in inst
+            and plat.is_driver_package(n)
+            and (change or replace or n in remove or n in fm_remove)
+        )
+        kernel_pkgs = plat.kernel_headers() if self.headers_required() else []
+        # one transaction where NVIDIA's order allows: headers and DKMS with the first, the fabric
+        # manager (at the driver's version through the same pin) with the last
+        transactions = [
+            list(t)
+            for t in ([] if adopted else plat.driver_install(b, str(d.get("flavor")), v))
+        ]
+        extra_last = list(fm_names) if want_fm else []
+        if want_fm and v and plat.family == "redhat":
+            # the fabric manager at exactly the driver version (R3); its rpm has no epoch
+            extra_last = ["%s-%s" % (n, v) for n in fm_names]
+        if not transactions and (kernel_pkgs or extra_last):
+            transactions = [[]]
+        if transactions:
+            transactions[0] = kernel_pkgs + transactions[0]
+            transactions[-1] = transactions[-1] + extra_last
+        persist = (
+            self.persistence_settings()
+            if flag(d.get("persistence"))
+            else {"dropin": "", "dropin_content": "", "install": [], "enable": False}
+        )
+        if plat.persistenced_is_virtual() or plat.family == "debian":
+            persist[
+                "install"
+            ] = []  # Ubuntu: provided by nvidia-compute-utils; Debian: in the transaction
+        hold = []
+        if flag(d.get("hold")):
+            hold = [
+                n
+                for n in self.hold_set(ds, want_fm, fm_names)
+                if n not in self.held and n not in remove
+            ]
+        # installed driver packages of the branch at another version than the pinned one (an
+        # upgrade past the pin, or an older pin): `state: latest` moves them to the pin's
+        # candidate; `present` would leave them (apt keeps what satisfies the dependencies)
+        resync = []
+        if plat.apt and adopted and want_fm:
+            # the fabric manager at another version than the adopted driver's
+            resync = sorted(
+                n
+                for n in fm_names
+                if n in inst and upstream_version(inst[n]["version"]) != ds["userspace"]
+            )
+        elif plat.apt and v and not adopted:
+            resync = sorted(
+                n
+                for n in ds["family"]
+                if n not in remove
+                and n not in fm_remove
+                and self._versioned(n)
+                and upstream_version(inst[n]["version"]) != v
+                and (not re.match(plat.fabricmanager_re(), n) or (want_fm and n in fm_names))
+            )
+        return {
+            "dpkg_repair": self.dpkg_interrupted(),
+            "dpkg_reinstall": self.dpkg_reinstall(),
+            "adopted": adopted,
+            "resync": resync,
+            "change": change or replace,
+            "remove": sorted(set(remove)),
+            "unhold": unhold,
+            "pin_file": PIN_FILE if pin else "",
+            "pin_content": pin,
+            "transactions": transactions,
+            "fabricmanager_install": fm_names if want_fm else [],
+            "fabricmanager_remove": sorted(set(fm_remove)),
+            "persistenced": persist,
+            "hold": hold,
+            "kernel_packages": kernel_pkgs,
+            "kernel_modules": self.kernel_modules_managed(),
+            "blacklist_file": BLACKLIST_FILE,
+            "blacklist_content": BLACKLIST,
+            "initramfs": plat.initramfs_command(),
+            "reboot_needed": reboot,
+            "module_loaded": self.gpu.get("state") == "ok",
+            "nouveau_loaded": "nouveau" in (self.section("kernel").get("loaded") or []),
+            "lspci_available": bool(self.gpu.get("lspci_available")),
+            "main_package": ds["main"],
+        }
+
+    def _driver_flavor(self, flavor: str, ds: dict[str, Any], adopted: bool) -> None:
+        """driver.flavor: the open flavour's refusals (pre-Turing GPUs; NVIDIA's documented
+        Ubuntu steps), then the flavour really installed (the kernel module packages) and loaded
+        (/proc/driver/nvidia/version says "Open Kernel Module" for the open one)."""
+        g = self.gpu
+        b = str(self.drv().get("branch"))
+        turing = g.get("turing_or_newer")
+        inst = self.installed
+        kinds = {n: kernel_module_flavour(n) for n in inst}
+        has_open = sorted(n for n, k in kinds.items() if k == "open")
+        has_prop = sorted(n for n, k in kinds.items() if k == "proprietary")
+        loaded = loaded_module_flavour(self.section("kernel").get("nvidia_version") or "")
+        other = "proprietary" if flavor == "open" else "open"
+        wrong = has_prop if flavor == "open" else has_open
+        right = has_open if flavor == "open" else has_prop
+        actual = "installed: %s; loaded: %s" % (
+            "open (%s)" % " ".join(has_open) if has_open and not has_prop
+            else "proprietary (%s)" % " ".join(has_prop) if has_prop and not has_open
+            else "both flavours (%s)" % " ".join(has_open + has_prop) if has_open
+            else "no kernel module package",
+            loaded or "unknown",
+        )
+        status, msg, fix = "pass", "%s kernel modules" % flavor, self.fix
+        if flavor == "open" and turing is False:
+            status, actual = "fail", "GPUs older than Turing; " + actual
+            msg, fix = "the open flavour needs compute capability >= 7.5", (
+                "use driver.flavor proprietary")
+        elif flavor == "open" and self.plat.family == "ubuntu" and not adopted:
+            status = "fail"
+            msg = (
+                "open kernel modules through NVIDIA's documented Ubuntu steps are refused: "
+                "cuda-drivers-%(b)s pulls nvidia-driver-%(b)s, whose nvidia-dkms-%(b)s is the "
+                "proprietary module, and its nvidia-kernel-source-%(b)s ships files that "
+                "nvidia-kernel-open-%(b)s also ships (AWS's procedure adds dpkg "
+                "--force-overwrite), so apt ends with both flavours and DKMS builds the "
+                "proprietary one" % {"b": b}
+            )
+            fix = (
+                "use driver.flavor proprietary, or preinstall Canonical's "
+                "nvidia-driver-%s-open (adopted when it satisfies the stack)" % b
+            )
+        elif wrong:
+            status = self.bad
+            msg = "the %s flavour's module package is installed: %s (apt chose it)" % (
+                other, " ".join(wrong))
+            fix = "remove %s, then %s" % (" ".join(wrong), self.fix)
+        elif right and loaded == other and ds.get("userspace") == g.get("driver_version"):
+            status = self.bad
+            msg = "the loaded module is the %s one although the %s flavour is installed" % (
+                other, flavor)
+            fix = "reboot, or rebuild the module (dkms autoinstall), then %s" % self.fix
+        self.add(
+            "driver.flavor",
+            status,
+            "%s kernel modules installed and loaded%s" % (
+                flavor, "; every GPU Turing or newer" if flavor == "open" else ""),
+            actual,
+            msg,
+            fix,
+        )
+
+
+def kernel_module_flavour(name: str) -> str:
+    """Which kernel module flavour a package builds or ships: open, proprietary or "" (U1: the
+    -open packages of Canonical's control; D1, R1/R3: Debian's and EL's module package names)."""
+    if OPEN_MODULE_RE.match(name):
+        return "open"
+    if PROPRIETARY_MODULE_RE.match(name):
+        return "proprietary"
+    return ""
+
+
+def loaded_module_flavour(version_file: str) -> str:
+    """/proc/driver/nvidia/version -> open ("NVIDIA UNIX Open Kernel Module for x86_64"),
+    proprietary ("NVIDIA UNIX x86_64 Kernel Module"), or "" when no module is loaded."""
+    if "Open Kernel Module" in version_file:
+        return "open"
+    if "Kernel Module" in version_file:
+        return "proprietary"
+    return ""
