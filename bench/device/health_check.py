@@ -5,6 +5,11 @@ the check records as JSON with the collection time. Read-only: what the probe ru
 except `dcgmi diag` when DCGM is installed (health_deep, as `provision check --deep`).
 
     python3 bench/device/health_check.py > health.json      # from the repository root
+
+Run on an H200 (driver 580.159.04, open module, a Firecracker VM without lspci) on 2026-12-04:
+bench/device/h200-health-2026-12-04.json. Every health check passed (nvlink and fabric skip: one
+PCIe GPU); collection took 0.34 s for the quick tier; the whole script 1.1-1.3 s. The driver checks
+drift there, as they should: the image's driver is not from packages provision manages.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "playbooks" / "collections"), str(ROOT / "tests" / "unit")]
+sys.path[:0] = [str(ROOT), str(ROOT / "playbooks" / "collections"), str(ROOT / "tests" / "unit")]
 
 from ansible_collections.provision.gpu.plugins.module_utils import collect as c  # noqa: E402
 from ansible_collections.provision.gpu.plugins.module_utils import evaluate as ev  # noqa: E402
@@ -32,7 +37,7 @@ class LocalIO(c.HostIO):
         exe = argv[0] if Path(argv[0]).is_absolute() else self.which(argv[0])
         if exe is None:
             return 127, "", f"{argv[0]}: command not found"
-        environ = dict(os.environ, LC_ALL="C", LANG="C", **(env or {}))
+        environ = {**os.environ, "LC_ALL": "C", "LANG": "C", **(env or {})}
         try:
             proc = subprocess.run([exe, *argv[1:]], capture_output=True, env=environ,
                                   timeout=timeout, check=False)
