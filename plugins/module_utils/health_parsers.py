@@ -15,15 +15,28 @@ from typing import Any
 NA_TOKENS = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "")
 GPU_BLOCK_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 # NVIDIA's Xid kernel log line: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the
-# bus." (docs.nvidia.com/deploy/xid-errors/); dmesg adds "[ 12.345678] ", journalctl a date/host
+# bus." (docs.nvidia.com/deploy/xid-errors/); dmesg adds "[ 12.345678] ", journalctl a date/host.
+# On a MIG GPU the parenthesis also carries the instance ("(PCI:0000:01:00 GPU-I:05 GPU-CI:02)":
+# the format strings of NVIDIA/open-gpu-kernel-modules:src/nvidia/src/kernel/gpu/rc/kernel_rc.c);
+# the domain is 0000 on most hosts but not on GB200 ("PCI:0019:01:00", leptonai/gpud#1174).
 XID_RE = re.compile(
-    r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f:.]+)\):\s*(?P<xid>\d+)\s*,?\s*(?P<rest>.*)$"
+    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]+(?::[0-9A-Fa-f]+)+(?:\.[0-9A-Fa-f])?)"
+    r"(?P<attr>[^)]*)\):\s*(?P<xid>\d+)\s*,?\s*(?P<rest>.*)$"
 )
-DMESG_TS_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
+XID_GI_RE = re.compile(r"GPU-I:\s*(\d+)")
+XID_CI_RE = re.compile(r"GPU-CI:\s*(\d+)")
+# seconds since boot: at the start (dmesg, journalctl -o short-monotonic) or after a syslog prefix
+# ("Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: ...", NVIDIA/gpu-operator#1146)
+DMESG_TS_RE = re.compile(r"\[\s*(\d+\.\d+)\]\s")
 PROC_VERSION_RE = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+([\d.]+)\s")
+# "LnkCap:\tPort #0, Speed 16GT/s, Width x16, ..." / "LnkSta:\tSpeed 2.5GT/s (downgraded), Width x16
+# (ok)"; older pciutils print no "(ok)" ("Speed 2.5GT/s (downgraded), Width x16",
+# noonghunna/club-3090#1028): the numbers are compared, never the markers
 LNK_RE = re.compile(r"^\s*(LnkCap|LnkSta):\s.*?Speed ([\d.]+)GT/s[^,]*, Width x(\d+)")
 LSPCI_SLOT_RE = re.compile(r"^([0-9A-Fa-f]{2,4}(?::[0-9A-Fa-f]{2})?:[0-9A-Fa-f]{2}\.\d)\s")
-NVLINK_GPU_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Fa-f-]+)\)")
+# "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"; the UUID is whatever is in the parenthesis (posted
+# captures redact it: "(UUID: ...)", Azure/azhpc-diagnostics#73; "(UUID: GPU-xxx)", gpud#1085)
+NVLINK_GPU_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]*)\)")
 NVLINK_LINK_RE = re.compile(r"^\s+Link (\d+): (.+?)\s*$")
 
 
@@ -189,22 +202,34 @@ def parse_query_csv(text: str) -> list[dict[str, str | None]]:
 
 def normalise_bus(bus: str) -> str:
     """A PCI address in any spelling (00000000:3B:00.0, 0000:3b:00, 3b:00.0) -> "3b:00" (bus and
-    device, lower case), the part every tool agrees on."""
+    device, lower case), the part every tool agrees on. A non-zero PCI domain is kept in front
+    ("00000019:01:00.0" and "0019:01:00" -> "0019:01:00"): the four GPUs of a GB200 tray all sit at
+    bus 01 device 00 of domains 0008, 0009, 0018 and 0019 (NVIDIA/dcgm-exporter#581), so bus and
+    device alone would merge them."""
     parts = bus.strip().lower().split(":")
     if len(parts) >= 2:
-        return "%s:%s" % (parts[-2][-2:], parts[-1].split(".")[0][-2:])
+        short = "%s:%s" % (parts[-2][-2:], parts[-1].split(".")[0][-2:])
+        try:
+            domain = int(parts[-3], 16) if len(parts) >= 3 and parts[-3] else 0
+        except ValueError:
+            domain = 0
+        return "%04x:%s" % (domain, short) if domain else short
     return bus.strip().lower()
 
 
 def parse_xid_lines(text: str) -> list[dict[str, Any]]:
-    """NVRM Xid lines of `dmesg` or `journalctl -k` -> [{xid, bus, detail, ts, line}] in order.
-    ts is the dmesg seconds since boot when present, else None."""
+    """NVRM Xid lines of `dmesg` or `journalctl -k` -> [{xid, bus, detail, ts, line,
+    gpu_instance, compute_instance}] in order. ts is the dmesg seconds since boot when present
+    (dmesg -T and dmesg --ctime print a date instead: None); the instances are the MIG GPU and
+    compute instance the driver attributed the Xid to, else None."""
     out = []
     for line in text.splitlines():
         m = XID_RE.search(line)
         if not m:
             continue
-        ts = DMESG_TS_RE.match(line.strip())
+        ts = DMESG_TS_RE.search(line[: m.start()])
+        gi = XID_GI_RE.search(m.group("attr"))
+        ci = XID_CI_RE.search(m.group("attr"))
         out.append(
             {
                 "xid": int(m.group("xid")),
@@ -212,6 +237,8 @@ def parse_xid_lines(text: str) -> list[dict[str, Any]]:
                 "detail": m.group("rest").strip()[:200],
                 "ts": float(ts.group(1)) if ts else None,
                 "line": line.strip()[:300],
+                "gpu_instance": int(gi.group(1)) if gi else None,
+                "compute_instance": int(ci.group(1)) if ci else None,
             }
         )
     return out
@@ -221,6 +248,20 @@ def parse_proc_version(text: str) -> str | None:
     """/proc/driver/nvidia/version -> the loaded kernel module's version, or None."""
     m = PROC_VERSION_RE.search(text or "")
     return m.group(1) if m else None
+
+
+def _uuid(value: str) -> str | None:
+    value = value.strip()
+    return value if value.startswith("GPU-") else None
+
+
+def parse_lnk_line(line: str) -> tuple[str, float, int] | None:
+    """One `lspci -vv` LnkCap/LnkSta line -> ("cap" or "sta", GT/s, lanes), else None (other
+    lines, and "Speed unknown" when the link is down)."""
+    m = LNK_RE.match(line)
+    if not m:
+        return None
+    return ("cap" if m.group(1) == "LnkCap" else "sta", float(m.group(2)), int(m.group(3)))
 
 
 def parse_lspci_links(text: str) -> dict[str, dict[str, Any]]:
@@ -233,12 +274,12 @@ def parse_lspci_links(text: str) -> dict[str, dict[str, Any]]:
         if m:
             slot = m.group(1).lower()
             continue
-        m = LNK_RE.match(line)
-        if m and slot is not None:
-            prefix = "cap" if m.group(1) == "LnkCap" else "sta"
+        link = parse_lnk_line(line)
+        if link and slot is not None:
+            prefix, speed, width = link
             entry = out.setdefault(slot, {})
-            entry[prefix + "_speed"] = float(m.group(2))
-            entry[prefix + "_width"] = int(m.group(3))
+            entry[prefix + "_speed"] = speed
+            entry[prefix + "_width"] = width
     return out
 
 
@@ -253,7 +294,7 @@ def parse_nvlink_status(text: str) -> list[dict[str, Any]]:
             gpus.append(
                 {
                     "index": int(m.group(1)),
-                    "uuid": m.group(3),
+                    "uuid": _uuid(m.group(3)),
                     "active": 0,
                     "inactive": [],
                     "all_inactive": False,

@@ -83,7 +83,21 @@ def test_hw_slowdown_active_is_read_from_the_performance_section() -> None:
     assert gpu["throttle_active"] == ["HW Slowdown", "HW Thermal Slowdown"]
 
 
+def test_a100_row_remap_pending_real_capture() -> None:
+    """stas00/ml-engineering compute/accelerator/nvidia/debug.md: an R510 A100 after Xid 63, a row
+    marked for remapping (Pending: Yes), 177 correctable DRAM errors and no uncorrectable one;
+    the poster's "[...]" elisions stay in the tree as empty sections."""
+    text = capture("nvidia-smi-q__r510_a100_sxm4_remap_pending_partial.txt")
+    (gpu,) = hp.parse_smi_q_health(text)
+    assert gpu["bus_id"] == "00000000:10:1C.0"
+    assert gpu["remap_pending"] is True and gpu["remap_failure"] is False
+    assert gpu["ecc_volatile_uncorrectable"] == 0 and gpu["ecc_aggregate_uncorrectable"] == 0
+    assert gpu["retired_pending"] is False  # N/A on Ampere (rows are remapped instead)
+
+
 def test_remap_pending_and_uncorrectable_ecc_edits_are_seen() -> None:
+    """No public capture of uncorrectable DRAM ECC errors in `nvidia-smi -q` was found: the count
+    is edited into the real H200 capture (the pending flag too, seen for real just above)."""
     text = capture(H200_Q)
     faulty = re.sub(r"(\n {8}Pending +): No", r"\1: Yes", text, count=1)
     faulty = re.sub(r"(DRAM Uncorrectable +): 0", r"\1: 2", faulty, count=1)
@@ -115,29 +129,111 @@ def test_dmesg_nvrm_lines_without_xid_give_none() -> None:
     assert hp.parse_xid_lines(text) == []
 
 
-def test_xid_lines_in_dmesg_and_journal_formats() -> None:
-    """No public capture of an Xid line is in the fixtures: these lines follow the format NVIDIA's
-    Xid documentation gives (docs.nvidia.com/deploy/xid-errors/: "NVRM: Xid (PCI:0000:3b:00): 79,
-    pid=..., GPU has fallen off the bus."), with dmesg's and journalctl -o short-monotonic's
-    prefixes."""
+def test_xid_79_real_dmesg_T_with_its_continuation_lines() -> None:
+    """akash-network/support#209: dmesg -T (a date, no seconds since boot), the Xid line and the
+    driver's own "GPU has fallen off the bus" line that is not an Xid."""
+    (xid,) = hp.parse_xid_lines(capture("dmesg-T-nvrm__r535_xid79_fallen_off_bus.txt"))
+    assert (xid["xid"], xid["bus"], xid["ts"]) == (79, "a1:00", None)
+    assert xid["detail"].endswith("GPU has fallen off the bus.")
+    assert xid["gpu_instance"] is None
+
+
+def test_xid_43_31_94_real_dmesg_T_three_gpus_of_a_vm() -> None:
+    """akash-network/support#244: R535 H100s in a VM (bus 00:05, 00:07, 00:08), Xid 43 twice on
+    one GPU, an MMU fault (31) and a contained ECC error (94) with pid '<unknown>'."""
+    xids = hp.parse_xid_lines(capture("dmesg-T-nvrm__r535_h100_vm_xid43_31_94_partial.txt"))
+    assert [(x["xid"], x["bus"]) for x in xids] == [
+        (43, "00:05"),
+        (43, "00:05"),
+        (31, "00:07"),
+        (94, "00:08"),
+    ]
+    assert "MMU Fault" in xids[2]["detail"]
+    assert xids[3]["detail"].startswith("pid='<unknown>'")
+
+
+def test_xid_48_and_64_in_syslog_keep_the_seconds_after_the_syslog_prefix() -> None:
+    """NVIDIA/gpu-operator#1146: /var/log/syslog lines ("Dec  2 11:38:47 worker4 kernel:
+    [  219.470994] NVRM: ...") around RmInitAdapter failures of another GPU (not Xids)."""
+    xids = hp.parse_xid_lines(capture("syslog-nvrm__xid48_64_dbe_gpu_operator_partial.txt"))
+    assert [(x["xid"], x["bus"]) for x in xids] == [(48, "07:00"), (64, "07:00")]
+    assert xids[0]["ts"] == pytest.approx(219.470994)
+    assert "double bit error" in xids[0]["detail"]
+
+
+def test_xid_13_and_109_dmesg_ctime_and_a_non_nvrm_line() -> None:
+    """leptonai/gpud#46 (README of its Xid component): dmesg --ctime, three Xid 13 lines and an
+    Xid 109, after an nvidia-peermem line that is not an Xid."""
+    xids = hp.parse_xid_lines(capture("dmesg-ctime-nvrm__xid13_109_gpud_readme.txt"))
+    assert [x["xid"] for x in xids] == [13, 13, 13, 109]
+    assert {x["bus"] for x in xids} == {"cb:00"}
+
+
+def test_xid_45_journal_lines_name_the_xid_that_caused_them() -> None:
+    """NVIDIA/open-gpu-kernel-modules#1150: journalctl -k lines ("kernel: NVRM: Xid ..."), Xid 45
+    on four GPUs "caused by previous Xid 149/145": the parsed id is 45, not the trailing one."""
+    xids = hp.parse_xid_lines(capture("journalctl-k-nvrm__xid45_after_xid149_145_partial.txt"))
+    assert {x["xid"] for x in xids} == {45}
+    assert {x["bus"] for x in xids} == {"dc:00", "ed:00", "ba:00", "97:00"}
+    assert xids[0]["detail"].endswith("caused by previous Xid 149")
+
+
+def test_xid_63_row_remap_line() -> None:
+    """stas00/ml-engineering compute/accelerator/nvidia/debug.md: an A100 VM's Xid 63 (device
+    1c, not 00: the device part of the address is kept)."""
+    (xid,) = hp.parse_xid_lines(capture("syslog-nvrm__r510_a100_xid63_row_remap.txt"))
+    assert (xid["xid"], xid["bus"]) == (63, "10:1c")
+
+
+def test_xid_on_gb200_keeps_the_pci_domain() -> None:
+    """GB200 GPUs sit at bus 01 device 00 of domains 0008/0009/0018/0019: Xids from two of them
+    (leptonai/gpud#1174's kmsg lines, kubernetes-sigs/dra-driver-nvidia-gpu#904's dmesg line) must
+    not meet on "01:00"; a domain-0000 GPU keeps the short form."""
+    xids = hp.parse_xid_lines(capture("kmsg-nvrm__gb200_xid145_149_pci_domains_partial.txt"))
+    assert [(x["xid"], x["bus"]) for x in xids] == [
+        (149, "0019:01:00"),
+        (149, "00:00"),
+        (145, "0018:01:00"),
+    ]
+    (xid,) = hp.parse_xid_lines(capture("dmesg-nvrm__gb200_xid43_pci_domain_0009.txt"))
+    assert (xid["xid"], xid["bus"], xid["ts"]) == (43, "0009:01:00", pytest.approx(1231741.378609))
+    # nvidia-smi spells the same GPU 00000009:01:00.0: both meet on one key
+    assert hp.normalise_bus("00000009:01:00.0") == xid["bus"]
+
+
+def test_xid_attributed_to_a_mig_instance() -> None:
+    """No public capture of a MIG-attributed Xid line was found: these follow the driver's format
+    strings ("NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, pid=%s, name=%s, %s",
+    NVIDIA/open-gpu-kernel-modules:src/nvidia/src/kernel/gpu/rc/kernel_rc.c) and the example of
+    NVIDIA's A100 memory error management guide (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
+    Before this the parser dropped such lines: a MIG host's Xid 94/95 went unseen."""
     text = "\n".join(
         [
-            "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
-            "GPU has fallen off the bus.",
-            "[ 2000.000001] myhost kernel: NVRM: Xid (PCI:0000:00:06): 48, pid=1, name=python3, "
-            "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer",
-            "[    3.467222] NVRM: Persistence mode is deprecated",
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). "
+            "RST: No, D-RST: No",
+            "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=a, Graphics Exception",
+            "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2,0x1). "
+            "RST: Yes, D-RST: No",
         ]
     )
     xids = hp.parse_xid_lines(text)
-    assert [(x["xid"], x["bus"]) for x in xids] == [(79, "3b:00"), (48, "00:06")]
-    assert xids[0]["ts"] == pytest.approx(1234.56789)
-    assert "fallen off the bus" in xids[0]["detail"]
+    assert [(x["xid"], x["bus"], x["gpu_instance"], x["compute_instance"]) for x in xids] == [
+        (94, "01:00", 5, None),
+        (13, "3b:00", 1, 2),
+        (95, "01:00", None, None),
+    ]
 
 
 @pytest.mark.parametrize(
     ("bus", "short"),
-    [("00000000:3B:00.0", "3b:00"), ("0000:3b:00", "3b:00"), ("3b:00.0", "3b:00")],
+    [
+        ("00000000:3B:00.0", "3b:00"),
+        ("0000:3b:00", "3b:00"),
+        ("3b:00.0", "3b:00"),
+        ("00000019:01:00.0", "0019:01:00"),
+        ("0018:01:00", "0018:01:00"),
+        ("0004:01:00.0", "0004:01:00"),
+    ],
 )
 def test_bus_ids_of_every_tool_meet(bus: str, short: str) -> None:
     assert hp.normalise_bus(bus) == short
@@ -149,20 +245,56 @@ def test_nvlink_status_all_links_inactive_a100_pcie() -> None:
     assert all(g["all_inactive"] and g["active"] == 0 for g in gpus)
 
 
-def test_nvlink_status_per_link_lines() -> None:
-    """No public capture of a per-link status with a down link is in the fixtures: the lines follow
-    the format of `nvidia-smi nvlink -s` ("Link N: 26.562 GB/s", "Link N: <inactive>")."""
-    text = (
-        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1)\n"
-        "\t Link 0: 26.562 GB/s\n\t Link 1: <inactive>\n\t Link 2: 26.562 GB/s\n"
+def test_nvlink_status_two_links_inactive_v100_with_a_redacted_uuid() -> None:
+    """Azure/azhpc-diagnostics#73: a V100 with links 3 and 5 <inactive>; the poster replaced the
+    UUID with "...", which the parser used to reject, dropping the GPU and its down links."""
+    (gpu,) = hp.parse_nvlink_status(
+        capture("nvidia-smi-nvlink-s__v100_sxm2_two_links_inactive_partial.txt")
     )
-    (gpu,) = hp.parse_nvlink_status(text)
-    assert gpu["active"] == 2 and gpu["inactive"] == [1]
+    assert (gpu["index"], gpu["uuid"], gpu["active"], gpu["inactive"]) == (3, None, 4, [3, 5])
+
+
+def test_nvlink_status_a100_sxm4_all_12_links_active() -> None:
+    """NVIDIA/nccl-tests#228: "\t Link N: 25 GB/s" on an A100 SXM4 (12 links a GPU)."""
+    gpus = hp.parse_nvlink_status(
+        capture("nvidia-smi-nvlink-s__a100_sxm4_12_links_active_partial.txt")
+    )
+    assert [(g["index"], g["active"], g["inactive"]) for g in gpus[:2]] == [
+        (0, 12, []),
+        (1, 12, []),
+    ]
+    assert gpus[0]["uuid"] == "GPU-ff8a40d4-abc6-08d1-f939-15848b5d4e05"
+    assert not any(g["all_inactive"] for g in gpus)
+
+
+def test_nvlink_status_b200_all_links_inactive() -> None:
+    """leptonai/gpud#1085: a B200 whose links are all down prints the NVML message under its GPU
+    line (its UUID redacted "GPU-xxx" by the poster)."""
+    (gpu,) = hp.parse_nvlink_status(
+        capture("nvidia-smi-nvlink-s__b200_all_links_inactive_partial.txt")
+    )
+    assert (gpu["index"], gpu["all_inactive"], gpu["active"]) == (2, True, 0)
+
+
+def test_nvlink_status_h100_with_elided_links() -> None:
+    """stas00/ml-engineering compute/accelerator/nvidia/debug.md: H100 links at 26.562 GB/s, the
+    middle of the list elided ("[...]", not a link line)."""
+    (gpu,) = hp.parse_nvlink_status(capture("nvidia-smi-nvlink-s__h100_sxm_26g_partial.txt"))
+    assert (gpu["active"], gpu["inactive"]) == (2, [])
+
+
+def test_nvlink_error_counters_real_h100_all_zero() -> None:
+    """stas00/ml-engineering compute/accelerator/nvidia/debug.md: `nvidia-smi nvlink -e` on an
+    H100, blank lines between links and an elided middle."""
+    counters = hp.parse_nvlink_errors(
+        capture("nvidia-smi-nvlink-e__h100_sxm_zero_counters_partial.txt")
+    )
+    assert counters == {0: {"Replay Errors": 0, "Recovery Errors": 0, "CRC Errors": 0}}
 
 
 def test_nvlink_error_counters_summed_per_gpu() -> None:
-    """No public capture of `nvidia-smi nvlink -e` is in the fixtures: the lines follow its
-    documented per-link counters ("Link N: Replay Errors: 0")."""
+    """No public capture of `nvidia-smi nvlink -e` with non-zero counters was found: these lines
+    follow the real H100 layout above ("Link N: Replay Errors: 0") with counts written in."""
     text = (
         "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-31515c3d-1414-7c2c-004a-f86a898946ac)\n"
         "\t Link 0: Replay Errors: 0\n\t Link 0: Recovery Errors: 0\n\t Link 0: CRC Errors: 3\n"
@@ -173,14 +305,48 @@ def test_nvlink_error_counters_summed_per_gpu() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("name", "links"),
+    [
+        # janhq/jan#183: an RTX 4090 on a riser, Gen1 speed, width ok
+        (
+            "lspci-vv-grep-lnk__rtx4090_riser_gen1_downgraded.txt",
+            [("cap", 16.0, 16), ("sta", 2.5, 16)],
+        ),
+        # noonghunna/club-3090#1028: GPU then its upstream bridge; "Width x16" with no marker
+        (
+            "lspci-vvv-s__rtx3090_gen1_idle_width_no_marker_partial.txt",
+            [("cap", 16.0, 16), ("sta", 2.5, 16), ("cap", 16.0, 16), ("sta", 2.5, 16)],
+        ),
+        # geerlingguy/raspberry-pi-pcie-devices#480: a Quadro RTX 8000 trained at x1
+        ("lspci-vvvv__quadro_rtx8000_x1_downgraded_partial.txt", [("sta", 5.0, 1)]),
+    ],
+)
+def test_lspci_link_lines_of_real_gpus(name: str, links: list[tuple[str, float, int]]) -> None:
+    """Real LnkCap/LnkSta lines: tab or space indented, with "(ok)", "(downgraded)" or no marker;
+    LnkCtl, LnkSta2 and the flag lines around them are not link lines."""
+    parsed = [hp.parse_lnk_line(line) for line in capture(name).splitlines()]
+    assert [p for p in parsed if p] == links
+
+
+def test_lspci_links_need_the_device_line() -> None:
+    """The grep'd captures above have no "bus:dev.fn class: vendor" line: nothing is attributed
+    to a made-up slot (the probe reads full `lspci -vv` output, where every block has one)."""
+    assert (
+        hp.parse_lspci_links(capture("lspci-vv-grep-lnk__rtx4090_riser_gen1_downgraded.txt")) == {}
+    )
+
+
 def test_lspci_link_capability_and_status() -> None:
-    """No public capture of `lspci -vv` for a GPU is in the fixtures: the lines follow pciutils'
-    format (LnkCap/LnkSta "Speed 32GT/s, Width x16"); an x8 link on an x16 slot."""
+    """No public capture of a whole `lspci -vv` block of a GPU with its LnkSta was found (the
+    posted blocks are cut before it, e.g. open-mpi/hwloc#653's A100): the device line and the
+    real lines of janhq/jan#183 and geerlingguy/raspberry-pi-pcie-devices#480 put together, an
+    x1 link on an x16 slot; the domain-prefixed slot is geerlingguy#677's spelling."""
     text = (
-        "3b:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n"
-        "\t\tLnkCap:\tPort #0, Speed 32GT/s, Width x16, ASPM not supported\n"
-        "\t\tLnkSta:\tSpeed 32GT/s, Width x8 (downgraded)\n"
+        "0004:01:00.0 VGA compatible controller: NVIDIA Corporation Device 25b2 (rev a1)\n"
+        "\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <16us\n"
+        "\t\tLnkSta:\tSpeed 5GT/s (downgraded), Width x1 (downgraded)\n"
     )
     assert hp.parse_lspci_links(text) == {
-        "3b:00.0": {"cap_speed": 32.0, "cap_width": 16, "sta_speed": 32.0, "sta_width": 8}
+        "0004:01:00.0": {"cap_speed": 16.0, "cap_width": 16, "sta_speed": 5.0, "sta_width": 1}
     }
