@@ -43,3 +43,17 @@ def test_tags_cannot_skip_the_guard(tmp_path: Path) -> None:
     assert proc.returncode != 0, out[-3000:]
     assert "run it with --check" in out
     assert "TASK [nvidia_repo" not in out, out[-3000:]
+
+
+def test_docs_give_the_plays_task_count(tmp_path: Path) -> None:
+    """README and docs/cli.md say how many tasks a check runs per host: the play's task list is
+    the role's argument check, the guard, the probe, the deep tier and validation (the last two
+    skipped unless asked). A task added to check.yml must update the docs."""
+    proc = _play(tmp_path, "--list-tasks")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    listed = [ln for ln in proc.stdout.splitlines() if "TAGS: [" in ln and "play #" not in ln]
+    assert len(listed) == 5, listed
+    assert any("Deep health tier" in ln for ln in listed)
+    for doc in ("README.md", "docs/cli.md"):
+        text = " ".join((REPO / doc).read_text(encoding="utf-8").split())
+        assert "five tasks per host, three of them run" in text, doc
