@@ -30,7 +30,7 @@ HELP_LINES = {
     "validate": "Run the validation role alone.",
     "preflight": "SSH probe of all hosts in parallel, no Ansible.",
     "stack": "Show or validate the stack manifest.",
-    "history": "List earlier runs, or diff two of them.",
+    "history": "List earlier runs, diff two of them, or compare busbw across the fleet.",
     "checks": "List every check id: what it verifies and how to fix it.",
 }
 

@@ -13,7 +13,7 @@ from provisioner.model import SUMMARY_KEYS, Report
 
 @click.group("history")
 def history() -> None:
-    """Reports of earlier runs, kept in the state directory."""
+    """Reports of earlier runs, kept in the state directory; the fleet view of one run."""
 
 
 @history.command("list")
@@ -87,3 +87,46 @@ def show(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
 
     p = ctx.params
     click.echo(json.dumps(default_state().load_raw(p["run"]), indent=2))
+
+
+@history.command("fleet")
+@click.argument("run", required=False)
+@click.option(
+    "--busbw-below",
+    "below",
+    type=click.FloatRange(0, 100, min_open=True, max_open=True),
+    default=None,
+    help="Flag a host more than this many % below its GPU model's median busbw [default: 10].",
+)
+@options.json_output
+@click.pass_context
+def fleet(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
+    """All-reduce busbw per host against the median of its GPU model (RUN: default the newest
+    run with validation results)."""
+    from provisioner.fleet import BUSBW_BELOW_MEDIAN_PCT, busbw_rows, format_rows  # noqa: PLC0415
+    from provisioner.state import default_state  # noqa: PLC0415
+
+    p = ctx.params
+    below = BUSBW_BELOW_MEDIAN_PCT if p["below"] is None else float(p["below"])
+    st = default_state()
+    if p["run"]:
+        rep = st.load_report(p["run"])
+        rows = busbw_rows(rep, below)
+    else:
+        rep, rows = None, []
+        for candidate in reversed(list(st.iter_reports(st.list_history(), _warn))):
+            rows = busbw_rows(candidate, below)
+            if rows:
+                rep = candidate
+                break
+    if p["as_json"]:
+        click.echo(json.dumps(
+            {"run_id": rep.run_id if rep else None, "busbw_below_median_pct": below,
+             "hosts": [r.to_dict() for r in rows]}, indent=2))
+        return
+    if rep is None:
+        click.echo(f"no run with validation results in {st.history}")
+        return
+    click.echo(f"{rep.run_id}  all-reduce busbw by GPU model")
+    for line in format_rows(rows, below) or [f"no validation results in {rep.run_id}"]:
+        click.echo(line)
