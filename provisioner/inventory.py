@@ -232,23 +232,27 @@ class _Deferred(Exception):
 
 
 def _resolved(hv: dict[str, Any], templar: Any) -> dict[str, Any]:  # noqa: ANN401
-    """The connection variables of one host, templated with its variables (raw: `{{ x }}`)."""
-    from ansible.errors import AnsibleError  # noqa: PLC0415
-
+    """The connection variables of one host, templated with its variables (raw: `{{ x }}`);
+    `templar` None: a plain inventory, nothing to template."""
     out: dict[str, Any] = {}
     for k in _CONNECTION_KEYS:
         raw = hv.get(k)
         if raw is None:
             continue
-        try:
-            value = templar.template(raw)
-        except AnsibleError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise _Deferred(f"{k} {str(raw)!r} cannot be resolved before the run ({first})") \
-                from exc
+        value = raw if templar is None else _template(templar, k, raw)
         out[k] = value if isinstance(value, bool) else (
             int(value) if isinstance(value, int) else str(value))
     return out
+
+
+def _template(templar: Any, k: str, raw: object) -> object:  # noqa: ANN401
+    from ansible.errors import AnsibleError  # noqa: PLC0415
+
+    try:
+        return templar.template(raw)
+    except AnsibleError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise _Deferred(f"{k} {str(raw)!r} cannot be resolved before the run ({first})") from exc
 
 
 def _port(value: object, name: str, key: str, path: Path) -> int:
@@ -275,29 +279,14 @@ def targets_from_inventory(
     """Read hosts and their connection vars with Ansible's own inventory parser, templated as
     Ansible templates them. A host whose connection vars only resolve at run time (facts, an
     undefined variable) is kept, marked `deferred`: the preflight leaves it to Ansible."""
-    # lazy and heavy; ansible ships no type information
-    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
-    from ansible.template import Templar  # noqa: PLC0415
-    from ansible.vars.manager import VariableManager  # noqa: PLC0415
-
+    from provisioner import plain_inventory  # noqa: PLC0415
     from provisioner.redact import secret_values  # noqa: PLC0415
 
     check_user(user)
-    loader = DataLoader()
-    inv = InventoryManager(loader=loader, sources=[str(path)])
-    if limit:
-        inv.subset(limit)
-    vm = VariableManager(loader=loader, inventory=inv)
+    plain = plain_inventory.read(path, limit)
+    hosts = _ansible_host_vars(path, limit) if plain is None else _plain_host_vars(plain)
     out: list[Target] = []
-    for host in inv.get_hosts("all"):
-        hv = vm.get_vars(host=host, include_hostvars=False)
-        name = str(host.name)
-        deferred = None
-        try:
-            cv = _resolved(hv, Templar(loader=loader, variables=hv))
-        except _Deferred as exc:
-            cv, deferred = {}, str(exc)
+    for name, hv, cv, deferred in hosts:
         conn = ansible_connection(connection) if connection else None
         conn = str(conn or cv.get("ansible_connection") or "ssh")
         if conn in ("paramiko", "ansible.builtin.paramiko_ssh"):
@@ -337,6 +326,39 @@ def targets_from_inventory(
     if not out:
         where = f" matching --limit {limit!r}" if limit else ""
         raise UsageProblem(f"inventory {path} has no hosts{where}")
+    return out
+
+
+HostVars = tuple[str, dict[str, Any], dict[str, Any], str | None]  # name, vars, resolved, deferred
+
+
+def _plain_host_vars(plain: dict[str, dict[str, Any]]) -> list[HostVars]:
+    """A plain inventory (provisioner/plain_inventory.py): nothing to template."""
+    return [(name, hv, _resolved(hv, None), None) for name, hv in plain.items()]
+
+
+def _ansible_host_vars(path: Path, limit: str | None) -> list[HostVars]:
+    """Any other inventory: Ansible's own parser and templating (about 0.3 s of imports)."""
+    # lazy and heavy; ansible ships no type information
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.template import Templar  # noqa: PLC0415
+    from ansible.vars.manager import VariableManager  # noqa: PLC0415
+
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[str(path)])
+    if limit:
+        inv.subset(limit)
+    vm = VariableManager(loader=loader, inventory=inv)
+    out: list[HostVars] = []
+    for host in inv.get_hosts("all"):
+        hv = vm.get_vars(host=host, include_hostvars=False)
+        deferred = None
+        try:
+            cv = _resolved(hv, Templar(loader=loader, variables=hv))
+        except _Deferred as exc:
+            cv, deferred = {}, str(exc)
+        out.append((str(host.name), hv, cv, deferred))
     return out
 
 

@@ -10,6 +10,7 @@ import os
 import platform
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -181,6 +182,42 @@ def _preflight(
         if not r.ok:
             out.hosts[r.host] = preflight_entry(r)
     out.good = [t for t in out.good if t.name not in out.probes or out.probes[t.name].ok]
+
+
+def overlaps(s: Settings) -> bool:
+    """`provision check` starts ansible-playbook while the SSH preflight runs: the check changes
+    nothing, so a host the preflight rejects only has its Ansible result replaced by the
+    preflight's (ssh.connect, ssh.auth, ...) in the report. Runs that change hosts, and runs that
+    send a become password, wait for the preflight first."""
+    return (s.command == "check" and s.ansible_check and not s.no_preflight and not s.local
+            and not s.ask_become_pass)
+
+
+def _beside_preflight(
+    s: Settings, tg: Targets, stack: Stack, fn: PreflightFn | None, out: Outcome, *,
+    ansible: Callable[[], RunState],
+) -> RunState:
+    side = Outcome(good=list(out.good))
+    failure: list[BaseException] = []
+
+    def preflight() -> None:
+        try:
+            _preflight(s, tg, stack, fn, side)
+        except BaseException as exc:  # re-raised in the main thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=preflight, name="provision-preflight", daemon=True)
+    thread.start()
+    try:
+        rstate = ansible()
+    finally:
+        thread.join()
+    if failure:
+        raise failure[0]
+    out.probes.update(side.probes)
+    out.hosts.update(side.hosts)  # a host the preflight rejected: its entry, not Ansible's
+    out.good = [t for t in out.good if t.name not in side.hosts]
+    return rstate
 
 
 def _ansible(
@@ -464,12 +501,18 @@ def execute(
         resumed = local.begin(state.root, system, echo_err)
     out = Outcome()
     _wait(s, tg, wait_fn, out)
-    _preflight(s, tg, stack, preflight_fn, out)
-    rstate = _ansible(
-        s, tg, content=content, extravars=extravars, secrets=rv.secrets, state=state,
-        run_id=run_id,
-        run_fn=run_fn, out=out,
-    )
+
+    def ansible() -> RunState:
+        return _ansible(
+            s, tg, content=content, extravars=extravars, secrets=rv.secrets, state=state,
+            run_id=run_id, run_fn=run_fn, out=out,
+        )
+
+    if overlaps(s):
+        rstate = _beside_preflight(s, tg, stack, preflight_fn, out, ansible=ansible)
+    else:
+        _preflight(s, tg, stack, preflight_fn, out)
+        rstate = ansible()
     _host_entries(s, tg, rstate, out)
     report = _report(s, stack, run_id, out, started=started, finished=now())
     _publish(s, report, state)

@@ -234,3 +234,53 @@ def test_a_host_lost_mid_run_gets_its_lock_released(
     session.execute(settings("run", tmp_path), state=StateDir(tmp_path / "st"),
                     preflight_fn=probes({"h-unreachable": "connect"}))
     assert [r.playbook for r in calls] == ["site.yml"]
+
+
+def test_check_starts_ansible_while_the_preflight_runs_and_the_preflight_verdict_wins(
+    tmp_path: Path, demo_content: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`provision check` (read-only) overlaps the SSH preflight with ansible-playbook's start: the
+    preflight here finishes only after the run has begun. A host it rejects keeps the preflight's
+    entry (ssh.hostkey), not Ansible's result, as when the preflight ran first."""
+    import threading  # noqa: PLC0415
+
+    started = threading.Event()
+    order: list[str] = []
+    inner = probes({"h-drift": "hostkey"})
+
+    def slow_preflight(targets: list, opts: Any) -> list[ProbeResult]:
+        assert started.wait(10), "ansible-playbook was not started while the preflight ran"
+        order.append("preflight done")
+        return inner(targets, opts)
+
+    replay = Replay("check")
+
+    def run(req: RunRequest, on_event: Any) -> RunResult:
+        order.append("run started")
+        started.set()
+        return replay(req, on_event)
+
+    s = session.Settings(command="check", hosts=("h-ok", "h-drift", "h-changed"),
+                         report_dir=tmp_path / "rep")
+    code = session.execute(s, state=StateDir(tmp_path / "st"), run_fn=run,
+                           preflight_fn=slow_preflight)
+    assert order == ["run started", "preflight done"]
+    (req,) = replay.requests
+    assert req.limit is None  # every host runs: the check changes nothing
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["hosts"]["h-drift"]["status"] == "unreachable"
+    assert report["hosts"]["h-drift"]["checks"][0]["id"] == "ssh.hostkey"
+    assert report["hosts"]["h-changed"]["status"] == "drift"
+    assert code == report["exit_code"] != 0
+    assert "preflight h-drift: UNREACHABLE at hostkey: nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides", [
+    {"command": "run"}, {"command": "check", "no_preflight": True},
+    {"command": "check", "ask_become_pass": True},
+])
+def test_runs_that_change_hosts_or_send_a_password_wait_for_the_preflight(
+    overrides: dict[str, Any]
+) -> None:
+    assert session.overlaps(session.Settings(command="check", hosts=("h",))) is True
+    assert session.overlaps(session.Settings(hosts=("h",), **overrides)) is False
