@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from provisioner.model import FACT_KEYS, Check, HostDiff, HostReport, Report
 
@@ -88,10 +88,14 @@ def _health_diff(d: HostDiff, old: dict[str, Check], new: dict[str, Check]) -> N
     d.resolved.extend(f"health finding: {k}" for k in sorted(before - after))
 
 
-def expected_gpu_counts(reports: Iterable[Report]) -> dict[str, int]:
+def expected_gpu_counts(
+    reports: Iterable[Report], hosts: Collection[str] | None = None
+) -> dict[str, int]:
     """Host -> GPU count of its newest passing report (reports newest first): the expected
-    count of health.gpu_count when the inventory sets none."""
+    count of health.gpu_count when the inventory sets none. With `hosts`, reading stops once each
+    of them has a count (a nightly check over a passing fleet reads one report, not thirty)."""
     out: dict[str, int] = {}
+    wanted = set(hosts) if hosts is not None else None
     for rep in reports:
         for host, entry in rep.hosts.items():
             count = entry.facts.get("gpu_count")
@@ -99,4 +103,6 @@ def expected_gpu_counts(reports: Iterable[Report]) -> dict[str, int]:
                 continue
             if isinstance(count, int) and count > 0:
                 out[host] = count
+        if wanted is not None and wanted <= out.keys():
+            break
     return out

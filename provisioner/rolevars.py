@@ -9,15 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from provisioner import yamlfile
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SCHEMA = DATA_DIR / "role-variables.yml"
 
 
 def load_schema(path: Path = SCHEMA) -> dict[str, Any]:
     """The schema as a mapping; SystemExit naming the file when it is not schema 1."""
-    import yaml  # noqa: PLC0415 - read only by `make roles` and when -e names a gpu_stack_* variable
 
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = yamlfile.load_packaged(path)
     if not isinstance(data, dict) or data.get("schema") != 1:
         raise SystemExit(f"{path}: not a role-variables schema (schema: 1)")
     return data

@@ -489,7 +489,8 @@ def execute(
     # gpu_stack_health_expected_gpus wins)
     extravars.setdefault(
         "gpu_stack_health_history_gpus",
-        expected_gpu_counts(state.iter_reports(list(reversed(state.list_history()))[:30])),
+        expected_gpu_counts(state.iter_reports(list(reversed(state.list_history()))[:30]),
+                            [t.name for t in tg.targets]),
     )
     if s.command == "run" and not s.ansible_check:
         # the host's provisioning lock names this run (provision.gpu.host_lock)

@@ -23,7 +23,6 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_STACK = DATA_DIR / "default-stack.yml"
 MATRIX = DATA_DIR / "matrix.yml"
 MAX_STACK_BYTES = 64 * 1024  # a full stack is about 1 KiB
-DATA_LIMIT = 4 * yamlfile.MiB
 
 DISTRO_PREFIX = "distros: "
 _VERSION3 = r"^\d+\.\d+\.\d+$"
@@ -227,9 +226,9 @@ class Stack:
 def _data_file(path: Path, what: str) -> dict[str, Any]:
     """A data file shipped with provision (matrix, default stack): broken means a broken install."""
     try:
-        data = yamlfile.load(path, limit=DATA_LIMIT, what=what)
+        data = yamlfile.load_packaged(path)
     except yamlfile.YamlFileError as exc:
-        raise SetupError(f"{exc} (broken install?)") from exc
+        raise SetupError(f"{what} {exc} (broken install?)") from exc
     if not isinstance(data, dict):
         raise SetupError(f"{what} {path}: not a mapping (broken install?)")
     return data

@@ -12,16 +12,17 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from provisioner import yamlfile
+
 TABLE = Path(__file__).resolve().parent / "data" / "support.yml"
 STATUSES = ("supported", "preflight-stops", "refused")
 
 
 def load_table(path: Path | None = None) -> dict[str, Any]:
     """The table as a mapping; SystemExit naming the file and the entry when it is malformed."""
-    import yaml  # noqa: PLC0415 - read when a report is built or by `make roles`, not on --help
 
     path = path or TABLE
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = yamlfile.load_packaged(path)
     if not isinstance(data, dict) or data.get("schema") != 1:
         raise SystemExit(f"{path}: not a support table (schema: 1)")
     for n, rel in enumerate(data.get("releases") or [], 1):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -104,3 +105,19 @@ def test_expected_gpu_count_is_the_last_passing_report() -> None:
     failing.hosts["gpu01"].facts["gpu_count"] = 7
     passing = report(health_check([]), "ok", "r2")
     assert history.expected_gpu_counts([failing, passing]) == {"gpu01": 8}
+
+
+def test_expected_gpu_counts_stop_reading_once_every_host_has_one() -> None:
+    passing = report(health_check([]), "ok", "r2")
+    read: list[str] = []
+
+    def newest_first() -> Iterator[history.Report]:
+        for name in ("r2", "r1", "r0"):
+            read.append(name)
+            yield passing
+
+    assert history.expected_gpu_counts(newest_first(), ["gpu01"]) == {"gpu01": 8}
+    assert read == ["r2"]  # one report read, not the thirty the run would otherwise open
+    read.clear()
+    assert history.expected_gpu_counts(newest_first(), ["gpu01", "gpu99"]) == {"gpu01": 8}
+    assert read == ["r2", "r1", "r0"]  # gpu99 has no passing report: every one is read
