@@ -187,10 +187,11 @@ def _preflight(
 def overlaps(s: Settings) -> bool:
     """`provision check` starts ansible-playbook while the SSH preflight runs: the check changes
     nothing, so a host the preflight rejects only has its Ansible result replaced by the
-    preflight's (ssh.connect, ssh.auth, ...) in the report. Runs that change hosts, and runs that
-    send a become password, wait for the preflight first."""
+    preflight's (ssh.connect, ssh.auth, ...) in the report. Runs that change hosts, runs that
+    send a become password, and runs whose preflight may learn host keys (--accept-new-host-keys:
+    ssh must see the keys it appends) wait for the preflight first."""
     return (s.command == "check" and s.ansible_check and not s.no_preflight and not s.local
-            and not s.ask_become_pass)
+            and not s.ask_become_pass and not s.accept_new_host_keys)
 
 
 def _beside_preflight(

@@ -278,6 +278,7 @@ def test_check_starts_ansible_while_the_preflight_runs_and_the_preflight_verdict
 @pytest.mark.parametrize("overrides", [
     {"command": "run"}, {"command": "check", "no_preflight": True},
     {"command": "check", "ask_become_pass": True},
+    {"command": "check", "accept_new_host_keys": True},
 ])
 def test_runs_that_change_hosts_or_send_a_password_wait_for_the_preflight(
     overrides: dict[str, Any]
