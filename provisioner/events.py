@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from provisioner import model, support
+from provisioner import report_model as model
+from provisioner import support
 
 CHECK_STATUSES = model.CHECK_STATUSES
 HOST_STATUSES = model.HOST_STATUSES

@@ -10,8 +10,8 @@ import time
 from typing import Any, TextIO
 
 from provisioner.events import RunState, TaskResult
-from provisioner.model import HostReport, Report
-from provisioner.preflight import ProbeResult
+from provisioner.report_model import HostReport, Report
+from provisioner.ssh_preflight import ProbeResult
 
 _MARK = {
     "ok": "ok",

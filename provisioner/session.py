@@ -27,8 +27,11 @@ from provisioner.events import HostState, RunState
 from provisioner.exitcodes import ProvisionError, SetupError, UsageProblem, exit_code_for
 from provisioner.extravars import build_extravars
 from provisioner.history import diff_reports, expected_gpu_counts, format_diff
-from provisioner.model import Changes, Check, HostReport, Report
-from provisioner.preflight import (
+from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
+from provisioner.report_model import Changes, Check, HostReport, Report
+from provisioner.reports import REPORT_FILES, iso, write_all
+from provisioner.settings import NO_TARGETS, Settings
+from provisioner.ssh_preflight import (
     DEFAULT_KNOWN_HOSTS,
     ProbeResult,
     matrix_warnings,
@@ -37,9 +40,6 @@ from provisioner.preflight import (
     python_warnings,
     run_preflight,
 )
-from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
-from provisioner.reports import REPORT_FILES, iso, write_all
-from provisioner.settings import NO_TARGETS, Settings
 from provisioner.stack import Stack
 from provisioner.state import StateDir, default_state, new_run_id
 from provisioner.wait import wait_hosts

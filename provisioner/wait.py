@@ -5,7 +5,7 @@ Per host, in parallel threads, within one bound (DURATION from the start):
 1. SSH answers: TCP connect, the SSH banner and a login, retried (1 s, growing to 5 s between tries)
    while the connection is refused, times out, sends no banner, stalls in the key exchange or
    refuses the key (cloud-init may not have installed it yet). The host key is checked as the
-   preflight checks it (`provisioner.preflight.connect`): an unknown key is accepted only with
+   preflight checks it (`provisioner.ssh_preflight.connect`): an unknown key is accepted only with
    `--accept-new-host-keys`, and an unknown, changed or revoked key ends the wait at once (waiting
    cannot fix it).
 2. cloud-init finished, where the host has cloud-init: `cloud-init status --wait` over that login,
@@ -31,7 +31,8 @@ from typing import Any
 
 from provisioner import inventory as inv
 from provisioner.inventory import Target
-from provisioner.preflight import (
+from provisioner.settings import Settings
+from provisioner.ssh_preflight import (
     ProbeOptions,
     ProbeResult,
     connect,
@@ -39,7 +40,6 @@ from provisioner.preflight import (
     probe_options,
     quiet_paramiko,
 )
-from provisioner.settings import Settings
 
 Say = Callable[[str], None]
 

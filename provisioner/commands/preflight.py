@@ -21,10 +21,10 @@ from provisioner import options
 def preflight(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """Probe all hosts in parallel over SSH: reachable, host key, auth, sudo, OS, GPUs, driver."""
     from provisioner.exitcodes import exit_code_for  # noqa: PLC0415
-    from provisioner.preflight import probe_options, run_preflight  # noqa: PLC0415
     from provisioner.progress import preflight_lines  # noqa: PLC0415
     from provisioner.session import resolve_targets  # noqa: PLC0415
     from provisioner.settings import Settings, require_targets  # noqa: PLC0415
+    from provisioner.ssh_preflight import probe_options, run_preflight  # noqa: PLC0415
     from provisioner.wait import wait_hosts  # noqa: PLC0415
 
     s = Settings.from_params("preflight", ctx.params)

@@ -12,7 +12,7 @@ from typing import Any
 import conftest  # noqa: F401 - puts the collection on sys.path
 import pytest
 import yaml
-from ansible_collections.provision.gpu.plugins.module_utils import catalog
+from ansible_collections.provision.gpu.plugins.module_utils import check_catalogue as catalog
 from ansible_collections.provision.gpu.plugins.modules import stack_probe as sp
 
 REPO = Path(__file__).resolve().parents[2]

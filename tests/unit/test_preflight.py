@@ -13,7 +13,7 @@ import paramiko
 import pytest
 from sshd_fake import FakeSSHD
 
-from provisioner import preflight as pf
+from provisioner import ssh_preflight as pf
 from provisioner.inventory import Target
 from provisioner.stack import load_matrix
 

@@ -19,12 +19,12 @@ from sshd_fake import FakeSSHD
 from test_wait import keys, known, nothing, run_wait, sbin, servers
 
 from provisioner import knownhosts, session, stack
-from provisioner import preflight as pf
+from provisioner import ssh_preflight as pf
 from provisioner import wait as wt
 from provisioner.cli import cli
 from provisioner.exitcodes import ExitCode, StackError, UsageProblem
 from provisioner.inventory import Target
-from provisioner.model import Report
+from provisioner.report_model import Report
 from provisioner.state import StateDir
 
 H = "--hash=sha256:" + "a" * 64

@@ -11,8 +11,8 @@ from conftest import recorded
 
 from provisioner import session
 from provisioner.exitcodes import SetupError, UsageProblem
-from provisioner.preflight import ProbeResult
 from provisioner.runner import RunRequest, RunResult
+from provisioner.ssh_preflight import ProbeResult
 from provisioner.state import StateDir
 
 

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 from sshd_fake import FakeSSHD
 
-from provisioner import preflight as pf
 from provisioner import session
+from provisioner import ssh_preflight as pf
 from provisioner import wait as wt
 from provisioner.cli import cli
 from provisioner.inventory import Target

@@ -3,7 +3,7 @@
 """The stack's components, one module each (see base.py for the shape).
 
 COMPONENTS lists every component module in the order a provisioning run applies their roles; each
-declares NAMES or NAME, ROLE and CHECKS (the catalogue, catalog.py, is derived from them).
+declares NAMES or NAME, ROLE and CHECKS (the catalogue, check_catalogue.py, is derived from them).
 preflight .. pytorch are judged by evaluate.py's Judge, the union of their classes; the REGISTRY
 modules (health, health_deep) judge with a function, judge(ctx).
 """

@@ -25,7 +25,7 @@ from typing import Any
 from provisioner import content, knownhosts
 from provisioner.exitcodes import SetupError
 from provisioner.inventory import Target
-from provisioner.model import Check, HostReport
+from provisioner.report_model import Check, HostReport
 from provisioner.settings import Settings
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
