@@ -27,18 +27,18 @@ from provisioner.events import HostState, RunState
 from provisioner.exitcodes import ProvisionError, SetupError, UsageProblem, exit_code_for
 from provisioner.extravars import build_extravars
 from provisioner.history import diff_reports, expected_gpu_counts, format_diff
-from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
+from provisioner.progress import Progress, json_summary, ssh_preflight_lines, summary_table
 from provisioner.report_model import Changes, Check, HostReport, Report
 from provisioner.reports import REPORT_FILES, iso, write_all
 from provisioner.settings import NO_TARGETS, Settings
 from provisioner.ssh_preflight import (
     DEFAULT_KNOWN_HOSTS,
-    ProbeResult,
+    SshProbeResult,
     matrix_warnings,
-    preflight_entry,
     probe_options,
     python_warnings,
-    run_preflight,
+    run_ssh_preflight,
+    ssh_failure_entry,
 )
 from provisioner.stack import Stack
 from provisioner.state import StateDir, default_state, new_run_id
@@ -133,8 +133,8 @@ def echo_err(line: str) -> None:
 
 
 RunFn = Callable[..., Any]
-PreflightFn = Callable[..., list[ProbeResult]]
-WaitFn = Callable[..., list[ProbeResult]]
+PreflightFn = Callable[..., list[SshProbeResult]]
+WaitFn = Callable[..., list[SshProbeResult]]
 
 
 @dataclass
@@ -142,7 +142,7 @@ class Outcome:
     """What the preflight and the playbook produced, before it becomes a report."""
 
     hosts: dict[str, HostReport] = field(default_factory=dict)
-    probes: dict[str, ProbeResult] = field(default_factory=dict)
+    probes: dict[str, SshProbeResult] = field(default_factory=dict)
     good: list[inv.Target] = field(default_factory=list)
     artifacts: Path | None = None
     run_status: str = "successful"
@@ -155,17 +155,17 @@ def _wait(s: Settings, tg: Targets, fn: WaitFn | None, out: Outcome) -> None:
     waited = wait_hosts(s, tg.targets, fn)
     for r in waited.values():
         if not r.ok:
-            out.hosts[r.host] = preflight_entry(r)
+            out.hosts[r.host] = ssh_failure_entry(r)
     out.good = [t for t in tg.targets if t.name not in waited or waited[t.name].ok]
 
 
-def _preflight(
+def _ssh_preflight(
     s: Settings, tg: Targets, stack: Stack, fn: PreflightFn | None, out: Outcome
 ) -> None:
     if s.no_preflight or s.local or not out.good:
         return
-    results = (fn or run_preflight)(out.good, probe_options(s))
-    for line in preflight_lines(results):
+    results = (fn or run_ssh_preflight)(out.good, probe_options(s))
+    for line in ssh_preflight_lines(results):
         echo_err(line)
     distros = stack.distros()
     releases = stack.torch_releases()
@@ -179,7 +179,7 @@ def _preflight(
             for w in warnings:
                 echo_err(f"preflight {r.host}: warning: {w}")
         if not r.ok:
-            out.hosts[r.host] = preflight_entry(r)
+            out.hosts[r.host] = ssh_failure_entry(r)
     out.good = [t for t in out.good if t.name not in out.probes or out.probes[t.name].ok]
 
 
@@ -464,7 +464,7 @@ def execute(
         resumed = local.begin(state.root, system, echo_err)
     out = Outcome()
     _wait(s, tg, wait_fn, out)
-    _preflight(s, tg, stack, preflight_fn, out)
+    _ssh_preflight(s, tg, stack, preflight_fn, out)
     rstate = _ansible(
         s, tg, content=content, extravars=extravars, secrets=rv.secrets, state=state,
         run_id=run_id,

@@ -88,9 +88,9 @@ def test_the_catalogue_covers_every_check_id_of_the_collection_and_the_cli() -> 
     assert {"driver.pin", "preflight.lock", "preflight.package_manager", "validation.ddp",
             "cudnn.hold", "env.foreign_paths"} <= produced  # the scan sees every kind of source
     assert produced - ids == set()
-    from provisioner.ssh_preflight import PREFLIGHT_REMEDIATION  # noqa: PLC0415
+    from provisioner.ssh_preflight import SSH_REMEDIATION  # noqa: PLC0415
 
-    assert {f"ssh.{s}" for s in PREFLIGHT_REMEDIATION} <= ids
+    assert {f"ssh.{s}" for s in SSH_REMEDIATION} <= ids
     for c in entries:
         assert c.verifies and c.remediation, c.id
     assert next(c for c in entries if c.id == "driver.hold").role == "nvidia_driver"
