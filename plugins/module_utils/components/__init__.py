@@ -40,3 +40,16 @@ REGISTRY = {health.NAME: health, health_deep.NAME: health_deep}
 # judged only when asked for by name (`provision check --deep`: DCGM loads the GPUs), never by
 # default
 ON_REQUEST = (health_deep.NAME,)
+# Each changing component's plan record (provision_plan.<component>, a TypedDict the judge builds
+# and the probe module publishes as it is) and the record's fields no role reads, with the reason
+# (tests/unit/test_plan_fields.py holds the roles' YAML to these). preflight and the health tiers
+# plan nothing.
+PLANS = {
+    "repo": (repo.RepoPlan, repo.PLAN_REPORT_ONLY),
+    "driver": (driver.DriverPlan, driver.PLAN_REPORT_ONLY),
+    "cuda": (cuda.CudaPlan, cuda.PLAN_REPORT_ONLY),
+    "cudnn": (libraries.LibraryPlan, libraries.PLAN_REPORT_ONLY),
+    "nccl": (libraries.LibraryPlan, libraries.PLAN_REPORT_ONLY),
+    "env": (env.EnvPlan, env.PLAN_REPORT_ONLY),
+    "pytorch": (pytorch.PytorchPlan, pytorch.PLAN_REPORT_ONLY),
+}
