@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import fleet_scale, machine, model, report, scenarios
+from bench import fleet_scale, machine, report, scenarios
+from bench import result_model as model
 from bench.harness import REPO, Bench, Settings
 
 

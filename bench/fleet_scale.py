@@ -25,7 +25,7 @@ from typing import Any
 
 from bench import measure
 from bench.harness import PROVISION, Bench
-from bench.model import median, record
+from bench.result_model import median, record
 
 KEY = "fleet_check"
 # what a light host runs while idle: its sshd (listener and the sessions of open connections) and

@@ -10,10 +10,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import measure, model
+from bench import measure
+from bench import result_model as model
 from bench.harness import CHECK_RC_OK, PROVISION, Bench, BenchError, Run
 from bench.hostside import HostSide
-from bench.model import goal_entry, median, not_measured, record
+from bench.result_model import goal_entry, median, not_measured, record
 
 Entries = dict[str, Any]
 # site.yml's lock tasks (changed on every run by design)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from lab import model
 from lab import personality as personality_mod
+from lab import repo_model as model
 from lab.fleet import owner_alive
 from lab.lab import Lab, unavailable_reason
 from lab.profiles import profile_names

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from lab import model as model_mod
 from lab import payload
+from lab import repo_model as model_mod
 from lab.debs import Deb, shared_object
 from lab.rpms import Rpm
 from lab.util import LabError, clean_env, run

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from provisioner import model, support
+from provisioner import report_model as model
+from provisioner import support
 
 CHECK_STATUSES = model.CHECK_STATUSES
 HOST_STATUSES = model.HOST_STATUSES
@@ -22,7 +23,7 @@ HOST_STATUSES = model.HOST_STATUSES
 # The probe module fails with its checks in the result when a required check fails.
 _ASSERTS = frozenset(
     {"assert", "ansible.builtin.assert", "fail", "ansible.builtin.fail", "ansible.legacy.assert",
-     "provision.gpu.stack_probe", "provision.gpu.host_lock"}
+     "provision.gpu.host_assess", "provision.gpu.host_lock"}
 )
 _MAX_MSG = 2000
 _LOOP_MSGS = ("One or more items failed", "All items completed")
@@ -62,7 +63,7 @@ def _failure_message(res: dict[str, Any]) -> str:
     return msg[:_MAX_MSG] or "task failed"
 
 
-# The fact the collection's probe module (provision.gpu.stack_probe) publishes its checks in; the
+# The fact the collection's probe module (provision.gpu.host_assess) publishes its checks in; the
 # role that owns each check id prefix is in the support table (provisioner/data/support.yml).
 SHARED_CHECKS = "provision_checks"
 

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.model import HostReport, Report
+from provisioner.report_model import HostReport, Report
 
 # How far below the median of its GPU model a host's busbw may fall before it is flagged, in %.
 # Source: huggingface/gpu-fryer:README.md (`--tflops-tolerance`, default 10: a GPU more than 10 %

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from provisioner.model import FACT_KEYS, Check, HostDiff, HostReport, Report
+from provisioner.report_model import FACT_KEYS, Check, HostDiff, HostReport, Report
 
 __all__ = ["HostDiff", "diff_host", "diff_reports", "format_diff"]
 

@@ -39,7 +39,7 @@ from typing import Any
 from provisioner import extravars as ev
 from provisioner.exitcodes import SetupError, UsageProblem
 from provisioner.inventory import Target
-from provisioner.model import Report
+from provisioner.report_model import Report
 from provisioner.settings import Settings
 
 UNIT_NAME = "provision-resume.service"

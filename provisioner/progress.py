@@ -10,8 +10,8 @@ import time
 from typing import Any, TextIO
 
 from provisioner.events import RunState, TaskResult
-from provisioner.model import HostReport, Report
-from provisioner.preflight import ProbeResult
+from provisioner.report_model import HostReport, Report
+from provisioner.ssh_preflight import SshProbeResult
 
 _MARK = {
     "ok": "ok",
@@ -96,7 +96,7 @@ class Progress:
         return t
 
 
-def preflight_lines(results: list[ProbeResult]) -> list[str]:
+def ssh_preflight_lines(results: list[SshProbeResult]) -> list[str]:
     lines = []
     for r in results:
         if r.status == "ok":

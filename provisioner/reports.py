@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provisioner.model import CHECK_STATUSES, FACT_KEYS, HOST_STATUSES, Check, Report
+from provisioner.report_model import CHECK_STATUSES, FACT_KEYS, HOST_STATUSES, Check, Report
 from provisioner.state import atomic_write_text
 
 REPORT_JSON = "report.json"

@@ -28,19 +28,19 @@ from provisioner.events import HostState, RunState
 from provisioner.exitcodes import ProvisionError, SetupError, UsageProblem, exit_code_for
 from provisioner.extravars import build_extravars
 from provisioner.history import diff_reports, expected_gpu_counts, format_diff
-from provisioner.model import Changes, Check, HostReport, Report
-from provisioner.preflight import (
-    DEFAULT_KNOWN_HOSTS,
-    ProbeResult,
-    matrix_warnings,
-    preflight_entry,
-    probe_options,
-    python_warnings,
-    run_preflight,
-)
-from provisioner.progress import Progress, json_summary, preflight_lines, summary_table
+from provisioner.progress import Progress, json_summary, ssh_preflight_lines, summary_table
+from provisioner.report_model import Changes, Check, HostReport, Report
 from provisioner.reports import REPORT_FILES, iso, write_all
 from provisioner.settings import NO_TARGETS, Settings
+from provisioner.ssh_preflight import (
+    DEFAULT_KNOWN_HOSTS,
+    SshProbeResult,
+    matrix_warnings,
+    probe_options,
+    python_warnings,
+    run_ssh_preflight,
+    ssh_failure_entry,
+)
 from provisioner.stack import Stack
 from provisioner.state import StateDir, default_state, new_run_id
 from provisioner.wait import wait_hosts
@@ -134,8 +134,8 @@ def echo_err(line: str) -> None:
 
 
 RunFn = Callable[..., Any]
-PreflightFn = Callable[..., list[ProbeResult]]
-WaitFn = Callable[..., list[ProbeResult]]
+PreflightFn = Callable[..., list[SshProbeResult]]
+WaitFn = Callable[..., list[SshProbeResult]]
 
 
 @dataclass
@@ -143,7 +143,7 @@ class Outcome:
     """What the preflight and the playbook produced, before it becomes a report."""
 
     hosts: dict[str, HostReport] = field(default_factory=dict)
-    probes: dict[str, ProbeResult] = field(default_factory=dict)
+    probes: dict[str, SshProbeResult] = field(default_factory=dict)
     good: list[inv.Target] = field(default_factory=list)
     artifacts: Path | None = None
     run_status: str = "successful"
@@ -156,17 +156,17 @@ def _wait(s: Settings, tg: Targets, fn: WaitFn | None, out: Outcome) -> None:
     waited = wait_hosts(s, tg.targets, fn)
     for r in waited.values():
         if not r.ok:
-            out.hosts[r.host] = preflight_entry(r)
+            out.hosts[r.host] = ssh_failure_entry(r)
     out.good = [t for t in tg.targets if t.name not in waited or waited[t.name].ok]
 
 
-def _preflight(
+def _ssh_preflight(
     s: Settings, tg: Targets, stack: Stack, fn: PreflightFn | None, out: Outcome
 ) -> None:
     if s.no_preflight or s.local or not out.good:
         return
-    results = (fn or run_preflight)(out.good, probe_options(s))
-    for line in preflight_lines(results):
+    results = (fn or run_ssh_preflight)(out.good, probe_options(s))
+    for line in ssh_preflight_lines(results):
         echo_err(line)
     distros = stack.distros()
     releases = stack.torch_releases()
@@ -180,7 +180,7 @@ def _preflight(
             for w in warnings:
                 echo_err(f"preflight {r.host}: warning: {w}")
         if not r.ok:
-            out.hosts[r.host] = preflight_entry(r)
+            out.hosts[r.host] = ssh_failure_entry(r)
     out.good = [t for t in out.good if t.name not in out.probes or out.probes[t.name].ok]
 
 
@@ -203,7 +203,7 @@ def _beside_preflight(
 
     def preflight() -> None:
         try:
-            _preflight(s, tg, stack, fn, side)
+            _ssh_preflight(s, tg, stack, fn, side)
         except BaseException as exc:  # re-raised in the main thread
             failure.append(exc)
 
@@ -513,7 +513,7 @@ def execute(
     if overlaps(s):
         rstate = _beside_preflight(s, tg, stack, preflight_fn, out, ansible=ansible)
     else:
-        _preflight(s, tg, stack, preflight_fn, out)
+        _ssh_preflight(s, tg, stack, preflight_fn, out)
         rstate = ansible()
     _host_entries(s, tg, rstate, out)
     report = _report(s, stack, run_id, out, started=started, finished=now())

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.exitcodes import UsageProblem
-from provisioner.model import Report
+from provisioner.report_model import Report
 
 KEEP_HISTORY = 400
 

@@ -5,7 +5,7 @@ Per host, in parallel threads, within one bound (DURATION from the start):
 1. SSH answers: TCP connect, the SSH banner and a login, retried (1 s, growing to 5 s between tries)
    while the connection is refused, times out, sends no banner, stalls in the key exchange or
    refuses the key (cloud-init may not have installed it yet). The host key is checked as the
-   preflight checks it (`provisioner.preflight.connect`): an unknown key is accepted only with
+   preflight checks it (`provisioner.ssh_preflight.connect`): an unknown key is accepted only with
    `--accept-new-host-keys`, and an unknown, changed or revoked key ends the wait at once (waiting
    cannot fix it).
 2. cloud-init finished, where the host has cloud-init: `cloud-init status --wait` over that login,
@@ -31,15 +31,15 @@ from typing import Any
 
 from provisioner import inventory as inv
 from provisioner.inventory import Target
-from provisioner.preflight import (
+from provisioner.settings import Settings
+from provisioner.ssh_preflight import (
     ProbeOptions,
-    ProbeResult,
+    SshProbeResult,
     connect,
     not_probed,
     probe_options,
     quiet_paramiko,
 )
-from provisioner.settings import Settings
 
 Say = Callable[[str], None]
 
@@ -134,7 +134,7 @@ class _HostWait:
         self.sleep = env.sleep
         self.start = env.clock()
         self.deadline = self.start + env.opts.budget_s
-        self.result = ProbeResult(host=target.name, address=target.address, port=target.port)
+        self.result = SshProbeResult(host=target.name, address=target.address, port=target.port)
         self._last_line = ""
         self._last_said = self.start
 
@@ -156,7 +156,7 @@ class _HostWait:
         self.say(f"wait {self.t.name}: {line} ({self.elapsed()})")
 
     # ------------------------------------------------------------------ the wait
-    def run(self) -> ProbeResult:
+    def run(self) -> SshProbeResult:
         skip = not_probed(self.t)
         if skip:
             self.result.status = "skipped"
@@ -177,13 +177,13 @@ class _HostWait:
 
     def _loop(self) -> None:
         delay = self.opts.first_delay_s
-        last: ProbeResult | None = None
+        last: SshProbeResult | None = None
         while True:
             left = self.left()
             if left <= 0:
                 self._gave_up_on_ssh(last)
                 return
-            attempt = ProbeResult(host=self.t.name, address=self.t.address, port=self.t.port)
+            attempt = SshProbeResult(host=self.t.name, address=self.t.address, port=self.t.port)
             timeout = max(1.0, min(self.probe.connect_timeout, left))
             popts = replace(self.probe, connect_timeout=timeout)
             opened = connect(self.t, popts, self.lock, attempt)
@@ -268,13 +268,13 @@ class _HostWait:
                 return out.decode("utf-8", "replace"), False
 
     # ------------------------------------------------------------------ endings
-    def _copy_failure(self, attempt: ProbeResult) -> None:
+    def _copy_failure(self, attempt: SshProbeResult) -> None:
         r = self.result
         r.status, r.stage, r.message = attempt.status, attempt.stage, attempt.message
         r.fingerprint, r.key_type = attempt.fingerprint, attempt.key_type
         self.say(f"wait {self.t.name}: {attempt.message}")
 
-    def _gave_up_on_ssh(self, last: ProbeResult | None) -> None:
+    def _gave_up_on_ssh(self, last: SshProbeResult | None) -> None:
         r = self.result
         stage = last.stage if last is not None and last.stage in ("resolve", "auth") else "connect"
         what = "a login over SSH" if stage == "auth" else "SSH to answer"
@@ -331,7 +331,7 @@ def _classify(text: str, rc: int) -> _CloudInit:
     return _CloudInit("error", status or f"exit {rc}", rc)
 
 
-def _short(r: ProbeResult) -> str:
+def _short(r: SshProbeResult) -> str:
     msg = r.message
     for prefix in ("cannot connect to ", "SSH to "):
         if msg.startswith(prefix):
@@ -347,7 +347,7 @@ def wait_for_hosts(
     say: Say,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> list[ProbeResult]:
+) -> list[SshProbeResult]:
     """Wait for every target in parallel (daemon threads: Ctrl-C is not held up); one result per
     target, in order: status ok (skipped for local or deferred targets), or the failure."""
     quiet_paramiko()
@@ -358,7 +358,7 @@ def wait_for_hosts(
             say(line)
 
     env = _Env(probe, opts, threading.Lock(), locked_say, clock, sleep)
-    done: list[ProbeResult | BaseException | None] = [None] * len(targets)
+    done: list[SshProbeResult | BaseException | None] = [None] * len(targets)
 
     def work(i: int, t: Target) -> None:
         try:
@@ -377,12 +377,12 @@ def wait_for_hosts(
     for th in threads:
         while th.is_alive() and time.monotonic() < end:
             th.join(timeout=0.5)
-    results: list[ProbeResult] = []
+    results: list[SshProbeResult] = []
     for t, got in zip(targets, done, strict=True):
-        if isinstance(got, ProbeResult):
+        if isinstance(got, SshProbeResult):
             results.append(got)
             continue
-        r = ProbeResult(host=t.name, address=t.address, port=t.port, status="unreachable",
+        r = SshProbeResult(host=t.name, address=t.address, port=t.port, status="unreachable",
                         stage="connect" if got is None else "error")
         r.message = (
             f"{t.name}: no end to the wait after {format_duration(opts.budget_s)} (--wait)"
@@ -399,8 +399,8 @@ def _echo_err(line: str) -> None:
 
 
 def wait_hosts(
-    s: Settings, targets: list[inv.Target], fn: Callable[..., list[ProbeResult]] | None = None
-) -> dict[str, ProbeResult]:
+    s: Settings, targets: list[inv.Target], fn: Callable[..., list[SshProbeResult]] | None = None
+) -> dict[str, SshProbeResult]:
     """--wait: host -> the wait's result (ok, or why it ended); {} without --wait."""
     if not s.wait or not targets:
         return {}

@@ -1,5 +1,5 @@
 """The read-only probe's health tiers on the machine it runs on, without Ansible: collect (the same
-code the stack_probe module runs on a host) and judge `health`, `health_deep` and `driver`, printing
+code the host_assess module runs on a host) and judge `health`, `health_deep` and `driver`, printing
 the check records as JSON with the collection time. Read-only: what the probe runs in a
 `provision check` (nvidia-smi queries, the kernel log, /proc); nothing resets or loads the GPUs
 except `dcgmi diag` when DCGM is installed (health_deep, as `provision check --deep`).

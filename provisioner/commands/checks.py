@@ -17,7 +17,7 @@ from provisioner import options
 def checks(ctx: click.Context, /, **_params: Any) -> None:  # noqa: ANN401
     """List every check id (or those starting with PREFIX, e.g. `driver`): what it verifies and
     how to fix it."""
-    from provisioner import catalog  # noqa: PLC0415
+    from provisioner import catalogue_loader as catalog  # noqa: PLC0415
     from provisioner.content import locate  # noqa: PLC0415
     from provisioner.exitcodes import UsageProblem  # noqa: PLC0415
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from provisioner import options
-from provisioner.model import SUMMARY_KEYS, Report
+from provisioner.report_model import SUMMARY_KEYS, Report
 
 
 @click.group("history")

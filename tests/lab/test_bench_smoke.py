@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import model
+from bench import result_model as model
 from lab import unavailable_reason
 
 REPO = Path(__file__).resolve().parents[2]

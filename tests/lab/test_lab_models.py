@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import model
+from lab import repo_model as model
 from lab.repo import ARCHIVE_MODELS, NVIDIA_MODELS
 
 README = Path(model.__file__).resolve().parent / "README.md"

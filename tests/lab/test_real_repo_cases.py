@@ -267,7 +267,7 @@ def hold_dpkg_lock(fleet: Any, host: str, seconds: float) -> int:
 
 
 def probe_waits(artifacts: Path, host: str) -> list[float]:
-    """waited_s of every stack_probe that waited for the host (runner events of the run)."""
+    """waited_s of every host_assess that waited for the host (runner events of the run)."""
     out = []
     events = [json.loads(p.read_text(encoding="utf-8"))
               for p in (artifacts / "job_events").glob("*.json")]

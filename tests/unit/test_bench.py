@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import lab
-from bench import measure, model, parse, report
+from bench import measure, parse, report
+from bench import result_model as model
 from bench.__main__ import main, parse_args, settings_from
 from bench.scenarios import describe_command
 

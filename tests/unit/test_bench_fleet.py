@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench import fleet_scale, model
+from bench import fleet_scale
+from bench import result_model as model
 from bench.harness import Settings
 from bench.scenarios import project_measured
 

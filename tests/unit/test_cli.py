@@ -14,7 +14,7 @@ from provisioner import extravars, session, stack
 from provisioner.cli import cli
 from provisioner.exitcodes import UsageProblem
 from provisioner.extravars import parse as parse_extravars
-from provisioner.model import Report
+from provisioner.report_model import Report
 from provisioner.state import StateDir
 
 

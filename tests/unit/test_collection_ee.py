@@ -44,7 +44,7 @@ def test_tarball_has_the_roles_modules_and_playbooks_and_no_development_trees(
         assert f"roles/{role}/tasks/main.yml" in names, role
         assert f"roles/{role}/meta/argument_specs.yml" in names, role
     modules = sorted(p.name for p in (REPO / "plugins" / "modules").glob("*.py"))
-    assert "stack_probe.py" in modules and "host_lock.py" in modules
+    assert "host_assess.py" in modules and "host_lock.py" in modules
     assert "plugins/module_utils/evaluate.py" in names
     for module in modules:
         assert f"plugins/modules/{module}" in names

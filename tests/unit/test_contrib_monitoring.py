@@ -17,7 +17,7 @@ from required import require_tool
 from test_reports import sample_report
 
 from provisioner import reports
-from provisioner.model import Check
+from provisioner.report_model import Check
 
 RULES = REPO / "contrib" / "prometheus" / "provision.rules.yml"
 RULE_TESTS = REPO / "contrib" / "prometheus" / "provision.rules.test.yml"

@@ -12,8 +12,8 @@ from typing import Any
 import conftest  # noqa: F401 - puts the collection on sys.path
 import pytest
 import yaml
-from ansible_collections.provision.gpu.plugins.module_utils import catalog
-from ansible_collections.provision.gpu.plugins.modules import stack_probe as sp
+from ansible_collections.provision.gpu.plugins.module_utils import check_catalogue as catalog
+from ansible_collections.provision.gpu.plugins.modules import host_assess as sp
 
 REPO = Path(__file__).resolve().parents[2]
 # role -> the components whose convergence skips it (playbooks/site.yml)
@@ -28,7 +28,7 @@ GATED = {
     "pytorch": ("pytorch",),
 }
 READ_ONLY = {
-    "provision.gpu.stack_probe", "provision.gpu.host_lock", "ansible.builtin.set_fact",
+    "provision.gpu.host_assess", "provision.gpu.host_lock", "ansible.builtin.set_fact",
     "ansible.builtin.assert", "ansible.builtin.debug", "ansible.builtin.include_tasks",
     "ansible.builtin.import_tasks", "ansible.builtin.include_role", "ansible.builtin.import_role",
     "ansible.builtin.meta", "ansible.builtin.fail", "ansible.builtin.stat", "ansible.builtin.slurp",

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ansible_collections.provision.gpu.plugins.module_utils import catalog, dcgm
+from ansible_collections.provision.gpu.plugins.module_utils import check_catalogue as catalog
+from ansible_collections.provision.gpu.plugins.module_utils import dcgm
 from ansible_collections.provision.gpu.plugins.module_utils import evaluate as ev
 from ansible_collections.provision.gpu.plugins.module_utils.components import health_deep
 from conftest import capture

@@ -198,7 +198,7 @@ def _probe_event(
             "host": host,
             "role": "nvidia_driver",
             "task": "Verify the driver",
-            "task_action": "provision.gpu.stack_probe",
+            "task_action": "provision.gpu.host_assess",
             "res": res,
         },
     }

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from provisioner import fleet
 from provisioner import state as st
 from provisioner.cli import cli
-from provisioner.model import Report
+from provisioner.report_model import Report
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 import pytest
-from ansible_collections.provision.gpu.plugins.module_utils import catalog
+from ansible_collections.provision.gpu.plugins.module_utils import check_catalogue as catalog
 from ansible_collections.provision.gpu.plugins.module_utils import evaluate as ev
 from ansible_collections.provision.gpu.plugins.module_utils.components import REGISTRY, health
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import ACTIONS

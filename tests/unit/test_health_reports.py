@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from provisioner import history, reports
 from provisioner.events import normalize_check
 from provisioner.exitcodes import exit_code_for
-from provisioner.model import Check, HostReport, Report
 from provisioner.progress import problem_lines
+from provisioner.report_model import Check, HostReport, Report
 
 GPU = {"index": 3, "bus_id": "00000000:5D:00.0", "uuid": "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1"}
 FINDING = {

@@ -18,7 +18,7 @@ from provisioner import inventory as inv
 from provisioner import local, session
 from provisioner.cli import cli
 from provisioner.exitcodes import UsageProblem
-from provisioner.model import Check, HostReport, Report
+from provisioner.report_model import Check, HostReport, Report
 from provisioner.runner import RunRequest, RunResult
 from provisioner.settings import Settings
 from provisioner.state import StateDir

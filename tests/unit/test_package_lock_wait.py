@@ -36,11 +36,11 @@ def test_every_role_with_a_package_step_waits_for_the_package_locks_first() -> N
     }
     for role in roles:
         tasks = _tasks(role / "tasks" / "main.yml")
-        first_probe = next(t for t in tasks if "provision.gpu.stack_probe" in t)
+        first_probe = next(t for t in tasks if "provision.gpu.host_assess" in t)
         first_probe_at = tasks.index(first_probe)
         first_package = next(
             (i for i, t in enumerate(tasks) if any(m in t for m in PACKAGE_MODULES)), len(tasks)
         )
         assert first_probe_at < first_package, role.name
-        args = first_probe["provision.gpu.stack_probe"]
+        args = first_probe["provision.gpu.host_assess"]
         assert args.get("wait_timeout_s") == "{{ gpu_stack_wait_timeout_s }}", (role.name, args)

@@ -43,7 +43,7 @@ def test_wheel_contents(wheel: Path) -> None:
         assert f"{coll}/playbooks/{pb}.yml" in names
     assert f"{coll}/galaxy.yml" in names
     assert f"{coll}/meta/runtime.yml" in names
-    assert f"{coll}/plugins/modules/stack_probe.py" in names
+    assert f"{coll}/plugins/modules/host_assess.py" in names
     assert f"{coll}/plugins/module_utils/evaluate.py" in names
     # the lab is beside the product, not in it
     assert not any(n.startswith(("lab/", "provisioner/lab/")) for n in names)
@@ -52,7 +52,7 @@ def test_wheel_contents(wheel: Path) -> None:
     assert "provisioner/rolevars.py" in names and "provisioner/data/role-variables.yml" in names
     assert "provisioner/data/matrix.yml" in names
     assert "provisioner/data/default-stack.yml" in names
-    assert f"{coll}/plugins/module_utils/catalog.py" in names  # `provision checks`
+    assert f"{coll}/plugins/module_utils/check_catalogue.py" in names  # `provision checks`
     assert "provisioner/py.typed" in names
     roles = sorted(
         p.name for p in (REPO / "roles").iterdir() if (p / "tasks" / "main.yml").is_file()

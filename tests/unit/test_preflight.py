@@ -13,7 +13,7 @@ import paramiko
 import pytest
 from sshd_fake import FakeSSHD
 
-from provisioner import preflight as pf
+from provisioner import ssh_preflight as pf
 from provisioner.inventory import Target
 from provisioner.stack import load_matrix
 
@@ -185,7 +185,7 @@ def test_run_preflight_parallel_keeps_order(sshd: FakeSSHD, keys: dict, tmp_path
         target(sshd, keys, name="c"),
         Target(name="local", address="x", connection="local"),
     ]
-    results = pf.run_preflight(ts, opts(tmp_path, accept_new=True))
+    results = pf.run_ssh_preflight(ts, opts(tmp_path, accept_new=True))
     assert [r.host for r in results] == ["a", "bad", "c", "local"]
     assert [r.status for r in results] == ["ok", "unreachable", "ok", "skipped"]
     # the key was accepted once, even though two threads met it
@@ -215,13 +215,13 @@ rc=0
 
 
 def test_apply_probe_output() -> None:
-    r = pf.ProbeResult(host="h", address="h", port=22)
+    r = pf.SshProbeResult(host="h", address="h", port=22)
     pf.apply_probe_output(r, CANNED)
     assert (r.os_id, r.os_version, r.os_name) == ("ubuntu", "22.04", "Ubuntu 22.04.4 LTS")
     assert (r.kernel, r.arch, r.python, r.sudo) == ("5.15.0-105-generic", "x86_64", "3.10.12", "no")
     assert len(r.gpus) == 2
     assert r.driver_version == "535.129.03"
-    r2 = pf.ProbeResult(host="h", address="h", port=22)
+    r2 = pf.SshProbeResult(host="h", address="h", port=22)
     pf.apply_probe_output(r2, "==lspci\nrc=127\n==driver\nrc=9\n")
     assert r2.lspci_available is False
     assert r2.driver_version is None
@@ -238,7 +238,7 @@ def test_apply_probe_output() -> None:
 )
 def test_distro_mapping_is_the_probes(os_id: str, ver: str, arch: str, expected: tuple) -> None:
     """The CLI preflight asks the probe's own Platform (plugins/module_utils/platforms.py)."""
-    r = pf.ProbeResult(host="h", address="h", port=22, os_id=os_id, os_version=ver, arch=arch)
+    r = pf.SshProbeResult(host="h", address="h", port=22, os_id=os_id, os_version=ver, arch=arch)
     plat = pf.platform_of(r)
     assert (plat.repo_dir, plat.arch_dir) == expected
     assert type(plat).__module__ == "provision_collection_platforms"
@@ -246,11 +246,11 @@ def test_distro_mapping_is_the_probes(os_id: str, ver: str, arch: str, expected:
 
 def test_the_cli_preflight_refuses_what_the_probe_refuses() -> None:
     """One judgement: EL8 and Debian on aarch64 get the probe's reason, not a second opinion."""
-    el8 = pf.ProbeResult(host="h", address="h", port=22, os_id="rocky", os_version="8.9",
+    el8 = pf.SshProbeResult(host="h", address="h", port=22, os_id="rocky", os_version="8.9",
                          os_name="Rocky Linux 8.9", arch="x86_64")
     (w,) = pf.matrix_warnings(el8, [], [], "12.1")
     assert "EL8 is not supported" in w and "ansible/ansible#83357" in w and "preflight.os" in w
-    arm = pf.ProbeResult(host="h", address="h", port=22, os_id="debian", os_version="11",
+    arm = pf.SshProbeResult(host="h", address="h", port=22, os_id="debian", os_version="11",
                          arch="aarch64")
     assert "no Debian repository for aarch64" in pf.matrix_warnings(arm, [], [], "12.1")[0]
 
@@ -258,29 +258,29 @@ def test_the_cli_preflight_refuses_what_the_probe_refuses() -> None:
 def test_matrix_warnings() -> None:
 
     distros = load_matrix()["cuda"]["12.1"]["distros"]
-    deb = pf.ProbeResult(
+    deb = pf.SshProbeResult(
         host="h", address="h", port=22, os_id="debian", os_version="12", arch="x86_64"
     )
     # NVIDIA's debian12 repository starts at CUDA 12.3: the default stack stops there
     assert "publishes no CUDA 12.1 packages" in pf.matrix_warnings(deb, distros, [], "12.1")[0]
     assert pf.matrix_warnings(deb, distros, ["debian12/x86_64"], "12.1") == []
-    noble = pf.ProbeResult(
+    noble = pf.SshProbeResult(
         host="h", address="h", port=22, os_id="ubuntu", os_version="24.04", arch="x86_64"
     )
     # issue 20 item 4: NVIDIA publishes no CUDA 12.1 for ubuntu2404 either
     assert "publishes no CUDA 12.1 packages" in pf.matrix_warnings(noble, distros, [], "12.1")[0]
-    ubu = pf.ProbeResult(
+    ubu = pf.SshProbeResult(
         host="h", address="h", port=22, os_id="ubuntu", os_version="22.04", arch="x86_64"
     )
     assert pf.matrix_warnings(ubu, distros, [], "12.1") == []
-    fed = pf.ProbeResult(
+    fed = pf.SshProbeResult(
         host="h", address="h", port=22, os_id="fedora", os_version="40", arch="x86_64"
     )
     assert "unsupported distribution" in pf.matrix_warnings(fed, distros, [], "12.1")[0]
 
 
 def test_gpu_count_ignores_nvswitch_bridges() -> None:
-    r = pf.ProbeResult(host="h", address="h", port=22)
+    r = pf.SshProbeResult(host="h", address="h", port=22)
     nvswitch = "85:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:22a3] (rev a1)"
     pf.apply_probe_output(r, CANNED.replace("rc=0\n==driver", nvswitch + "\nrc=0\n==driver", 1))
     assert len(r.gpus) == 3
@@ -289,7 +289,7 @@ def test_gpu_count_ignores_nvswitch_bridges() -> None:
 
 def test_python_range_of_the_torch_wheels() -> None:
     releases = load_matrix()["pytorch"]["cu121"]["releases"]
-    r = pf.ProbeResult(host="h", address="h", port=22, python="3.8.10")
+    r = pf.SshProbeResult(host="h", address="h", port=22, python="3.8.10")
     (w,) = pf.python_warnings(r, "2.5.1", "cu121", releases)
     assert "torch 2.5.1 cu121 wheels need Python 3.9 to 3.12" in w
     assert pf.python_warnings(r, "2.1.0", "cu121", releases) == []

@@ -808,7 +808,7 @@ def test_el9_repository_check_passes_on_a_rerun_against_a_one_build_mirror() -> 
     )
     h.commands["dnf -q --repo cuda-rhel9-x86_64 repoquery cuda-toolkit-12-1"] = (
         0, "cuda-toolkit-12-1-0:12.1.1-1.x86_64\n", "")
-    params = {"repo_id": "cuda-rhel9-x86_64"}  # as stack_probe adds it on EL
+    params = {"repo_id": "cuda-rhel9-x86_64"}  # as host_assess adds it on EL
     check = judge(h, ["repo"], params=params)["by_id"]["repo.source"]
     assert check["status"] == "pass", check
     asked = [a for a in h.ran if a[:1] == ["dnf"]]

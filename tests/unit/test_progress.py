@@ -13,8 +13,8 @@ from pathlib import Path
 from conftest import CONTENT, cli_env, recorded
 
 from provisioner.events import RunState
-from provisioner.model import Report
 from provisioner.progress import Progress, summary_table
+from provisioner.report_model import Report
 
 EXE = Path(sys.executable).parent / "provision"
 

@@ -20,12 +20,12 @@ from test_preflight import keys, opts, sshd, target
 from test_session import Replay, probes
 
 from provisioner import extravars as ev
-from provisioner import preflight as pf
 from provisioner import session, stack
+from provisioner import ssh_preflight as pf
 from provisioner.cli import cli
 from provisioner.exitcodes import StackError, UsageProblem
 from provisioner.inventory import Target
-from provisioner.model import Report
+from provisioner.report_model import Report
 from provisioner.state import StateDir
 
 EXE = Path(sys.executable).parent / "provision"
@@ -444,7 +444,7 @@ def test_a_deferred_host_is_not_probed_but_still_run(tmp_path: Path) -> None:
     import threading  # noqa: PLC0415
 
     from provisioner import inventory  # noqa: PLC0415
-    from provisioner import preflight as pf  # noqa: PLC0415
+    from provisioner import ssh_preflight as pf  # noqa: PLC0415
 
     f = tmp_path / "inv.yml"
     f.write_text(TEMPLATED)

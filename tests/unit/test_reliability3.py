@@ -19,12 +19,12 @@ from sshd_fake import FakeSSHD
 from test_wait import keys, known, nothing, run_wait, sbin, servers
 
 from provisioner import knownhosts, session, stack
-from provisioner import preflight as pf
+from provisioner import ssh_preflight as pf
 from provisioner import wait as wt
 from provisioner.cli import cli
 from provisioner.exitcodes import ExitCode, StackError, UsageProblem
 from provisioner.inventory import Target
-from provisioner.model import Report
+from provisioner.report_model import Report
 from provisioner.state import StateDir
 
 H = "--hash=sha256:" + "a" * 64
@@ -231,7 +231,7 @@ def test_preflight_over_5000_unreachable_hosts_one_result_each_bounded_threads(
     peak = [0]
     real = pf.probe
 
-    def counting(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.ProbeResult:
+    def counting(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.SshProbeResult:
         peak[0] = max(peak[0], threading.active_count())
         return real(t, o, lock)
 
@@ -239,7 +239,7 @@ def test_preflight_over_5000_unreachable_hosts_one_result_each_bounded_threads(
     base = threading.active_count()
     targets = [Target(name=f"h{i}", address="127.0.0.1", port=port) for i in range(5000)]
     try:
-        results = pf.run_preflight(
+        results = pf.run_ssh_preflight(
             targets, pf.ProbeOptions(known_hosts=tmp_path / "kh", need_sudo=False))
     finally:
         closed.close()
@@ -254,13 +254,13 @@ def test_preflight_deadline_is_per_host_not_for_the_whole_fleet(
 ) -> None:
     """Was: one deadline for all: healthy hosts queued behind others reported unreachable.
     40 hosts answering in 0.1 s each through 2 workers take 2 s in all, each well within its 1 s."""
-    def slow(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.ProbeResult:
+    def slow(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.SshProbeResult:
         time.sleep(0.1)
-        return pf.ProbeResult(host=t.name, address=t.address, port=t.port, status="ok")
+        return pf.SshProbeResult(host=t.name, address=t.address, port=t.port, status="ok")
 
     monkeypatch.setattr(pf, "probe", slow)
     targets = [Target(name=f"h{i}", address="127.0.0.1", port=22) for i in range(40)]
-    results = pf.run_preflight(
+    results = pf.run_ssh_preflight(
         targets, pf.ProbeOptions(known_hosts=tmp_path / "kh", need_sudo=False),
         deadline=1.0, workers=2)
     assert [r.status for r in results] == ["ok"] * 40
@@ -271,15 +271,15 @@ def test_a_hung_probe_is_given_up_on_and_the_others_go_on(
 ) -> None:
     release = threading.Event()
 
-    def probe(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.ProbeResult:
+    def probe(t: Target, o: pf.ProbeOptions, lock: threading.Lock) -> pf.SshProbeResult:
         if t.name == "hung":
             release.wait()
-        return pf.ProbeResult(host=t.name, address=t.address, port=t.port, status="ok")
+        return pf.SshProbeResult(host=t.name, address=t.address, port=t.port, status="ok")
 
     monkeypatch.setattr(pf, "probe", probe)
     targets = [Target(name=n, address="127.0.0.1", port=22) for n in ("hung", "a", "b", "c")]
     try:
-        results = pf.run_preflight(
+        results = pf.run_ssh_preflight(
             targets, pf.ProbeOptions(known_hosts=tmp_path / "kh", need_sudo=False),
             deadline=0.5, workers=1)
     finally:
@@ -308,7 +308,7 @@ def test_endless_probe_output_is_cut_at_the_bound(
     try:
         t = Target(name="chatty", address="127.0.0.1", port=srv.port, user="tester",
                    key_file=keys["client_file"])
-        (r,) = pf.run_preflight([t], pf.ProbeOptions(
+        (r,) = pf.run_ssh_preflight([t], pf.ProbeOptions(
             known_hosts=known(tmp_path, keys, srv.port), need_sudo=False, connect_timeout=5.0))
     finally:
         srv.close()

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from provisioner import reports
 from provisioner.events import RunState
-from provisioner.model import Check, HostReport, Report
+from provisioner.report_model import Check, HostReport, Report
 
 
 def sample_report() -> Report:

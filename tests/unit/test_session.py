@@ -11,8 +11,8 @@ from conftest import recorded
 
 from provisioner import session
 from provisioner.exitcodes import SetupError, UsageProblem
-from provisioner.preflight import ProbeResult
 from provisioner.runner import RunRequest, RunResult
+from provisioner.ssh_preflight import SshProbeResult
 from provisioner.state import StateDir
 
 
@@ -38,10 +38,10 @@ class Replay:
 
 
 def probes(bad: dict[str, str]) -> Any:
-    def fn(targets: list, opts: Any) -> list[ProbeResult]:
+    def fn(targets: list, opts: Any) -> list[SshProbeResult]:
         out = []
         for t in targets:
-            r = ProbeResult(
+            r = SshProbeResult(
                 host=t.name,
                 address=t.address,
                 port=t.port,
@@ -101,7 +101,7 @@ def test_limit_applies_to_host_targets_before_preflight(tmp_path: Path, demo_con
     probed: list[str] = []
     inner = probes({"h-ok": "connect"})
 
-    def record(targets: list, opts: Any) -> list[ProbeResult]:
+    def record(targets: list, opts: Any) -> list[SshProbeResult]:
         probed.extend(t.name for t in targets)
         return inner(targets, opts)
 
@@ -248,7 +248,7 @@ def test_check_starts_ansible_while_the_preflight_runs_and_the_preflight_verdict
     order: list[str] = []
     inner = probes({"h-drift": "hostkey"})
 
-    def slow_preflight(targets: list, opts: Any) -> list[ProbeResult]:
+    def slow_preflight(targets: list, opts: Any) -> list[SshProbeResult]:
         assert started.wait(10), "ansible-playbook was not started while the preflight ran"
         order.append("preflight done")
         return inner(targets, opts)

@@ -11,7 +11,7 @@ import pytest
 from provisioner import state as st
 from provisioner.exitcodes import UsageProblem
 from provisioner.history import diff_reports, format_diff
-from provisioner.model import Report
+from provisioner.report_model import Report
 
 
 def rep(run_id: str, command: str, hosts: dict) -> Report:

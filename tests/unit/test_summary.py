@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from test_validation_checks import THR, fragment, per_rank, write
 from test_validation_checks import checks as vchecks  # the validation program's merge
 
-from provisioner import catalog
+from provisioner import catalogue_loader as catalog
 from provisioner.cli import cli
 from provisioner.exitcodes import SetupError
-from provisioner.model import Check, HostReport, Report
 from provisioner.progress import summary_table, validation_headline
+from provisioner.report_model import Check, HostReport, Report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,9 +88,9 @@ def test_the_catalogue_covers_every_check_id_of_the_collection_and_the_cli() -> 
     assert {"driver.pin", "preflight.lock", "preflight.package_manager", "validation.ddp",
             "cudnn.hold", "env.foreign_paths"} <= produced  # the scan sees every kind of source
     assert produced - ids == set()
-    from provisioner.preflight import PREFLIGHT_REMEDIATION  # noqa: PLC0415
+    from provisioner.ssh_preflight import SSH_REMEDIATION  # noqa: PLC0415
 
-    assert {f"ssh.{s}" for s in PREFLIGHT_REMEDIATION} <= ids
+    assert {f"ssh.{s}" for s in SSH_REMEDIATION} <= ids
     for c in entries:
         assert c.verifies and c.remediation, c.id
     assert next(c for c in entries if c.id == "driver.hold").role == "nvidia_driver"
@@ -112,11 +112,11 @@ def test_checks_command_lists_ids_with_what_and_fix() -> None:
 
 def test_the_catalogue_is_the_collections(tmp_path: Path) -> None:
     (tmp_path / "module_utils").mkdir()
-    (tmp_path / "module_utils" / "catalog.py").write_text(
+    (tmp_path / "module_utils" / "check_catalogue.py").write_text(
         "CATALOG = {'driver.hold': {'verifies': 'held (collection)', 'remediation': 'hold it'}}\n"
     )
     entries, source = catalog.load(tmp_path)
-    assert source.endswith("module_utils/catalog.py")
+    assert source.endswith("module_utils/check_catalogue.py")
     assert entries == [catalog.CheckInfo("driver.hold", "nvidia_driver", "held (collection)",
                                          "hold it")]
     with pytest.raises(SetupError, match="check catalogue is missing"):

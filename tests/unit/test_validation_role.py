@@ -70,5 +70,5 @@ def test_validate_playbook_runs_the_role_which_probes_the_driver_first() -> None
     play = yaml.safe_load((REPO / "playbooks" / "validate.yml").read_text(encoding="utf-8"))[0]
     assert play["roles"] == [{"role": "provision.gpu.validation"}]
     tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text(encoding="utf-8"))
-    probes = [t for t in tasks if "provision.gpu.stack_probe" in t]
-    assert probes and probes[0]["provision.gpu.stack_probe"]["components"] == ["driver"]
+    probes = [t for t in tasks if "provision.gpu.host_assess" in t]
+    assert probes and probes[0]["provision.gpu.host_assess"]["components"] == ["driver"]

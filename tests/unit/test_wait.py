@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 from sshd_fake import FakeSSHD
 
-from provisioner import preflight as pf
 from provisioner import session
+from provisioner import ssh_preflight as pf
 from provisioner import wait as wt
 from provisioner.cli import cli
 from provisioner.inventory import Target
@@ -114,7 +114,7 @@ def known(tmp_path: Path, keys: dict[str, Any], port: int) -> Path:
 def run_wait(
     port: int, keys: dict[str, Any], kh: Path, budget: float, on_line: Callable[[str], None],
     *, accept_new: bool = False,
-) -> tuple[pf.ProbeResult, list[str]]:
+) -> tuple[pf.SshProbeResult, list[str]]:
     lines: list[str] = []
 
     def say(line: str) -> None:
@@ -356,7 +356,7 @@ def test_a_failed_wait_leaves_the_host_out_of_the_run(
         assert opts.budget_s == 30
         out = []
         for t in targets:
-            r = pf.ProbeResult(host=t.name, address=t.address, port=t.port)
+            r = pf.SshProbeResult(host=t.name, address=t.address, port=t.port)
             if t.name == "h-unreachable":
                 r.status, r.stage, r.message = "unreachable", "connect", "gave up (SSH)"
             if t.name == "h-ok":

@@ -9,7 +9,9 @@ A component is one module under components/ that declares
 - `CHECKS`: a tuple of CheckSpec, every check id it can report, with what it verifies and the
   remediation (`provision checks` is derived from these),
 - `judge(ctx: Context) -> None`: adds check records (ctx.add), report facts (ctx.report) and the
-  component's plan (ctx.plan[NAME]) from the collected facts and the stack.
+  component's plan (ctx.plan[NAME]) from the collected facts and the stack,
+- for a component a role changes, its plan record: a TypedDict (`DriverPlan`, ...) and
+  PLAN_REPORT_ONLY, the record's fields no role reads with the reason (components.PLANS).
 
 Pure Python, no I/O (Python 3.8+ on targets).
 """

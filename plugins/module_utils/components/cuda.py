@@ -7,6 +7,7 @@ cuda_toolkit).
 from __future__ import absolute_import, annotations, division, print_function
 
 import re
+from typing import Any, TypedDict
 
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
     CheckSpec,
@@ -39,6 +40,24 @@ CHECKS = (
         "run `provision` on the host",
     ),
 )
+
+
+class CudaPlan(TypedDict):
+    """provision_plan.cuda: what the cuda_toolkit role carries out."""
+
+    install: str  # the toolkit package (cuda-toolkit-<major>-<minor>)
+    prefix: str  # /usr/local/cuda-<version>
+    # {name, link, path, register, set}: the alternatives to register and set
+    alternatives: list[dict[str, Any]]
+    remove_traps: list[str]  # installed metas that would pull a driver
+
+
+# CudaPlan fields no role reads, each with the reason (tests/unit/test_plan_fields.py)
+PLAN_REPORT_ONLY = {
+    "prefix": "the toolkit's directory, also each alternative's path",
+    "remove_traps": "the installed floating metas the cuda.toolkit check names; no role removes "
+    "them (they can hold the driver), the check's remediation asks for it",
+}
 
 
 class Cuda(Facts):
@@ -111,12 +130,13 @@ class Cuda(Facts):
                     }
                 )
         spec = tk
-        self.plan["cuda"] = {
+        record: CudaPlan = {
             "install": spec,
             "prefix": prefix,
             "alternatives": alternatives,
             "remove_traps": traps,
         }
+        self.plan["cuda"] = record
         self.report.update(
             {
                 "cuda_version": release,

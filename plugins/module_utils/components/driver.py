@@ -7,7 +7,7 @@
 from __future__ import absolute_import, annotations, division, print_function
 
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
     CheckSpec,
@@ -162,6 +162,53 @@ PROPRIETARY_MODULE_RE = re.compile(
     r"linux-modules-nvidia-\d+(-server)?-\d.*|nvidia-kernel-dkms|kmod-nvidia-latest-dkms)$"
 )
 
+
+class PersistencedPlan(TypedDict):
+    """How nvidia-persistenced is made to keep persistence mode on (persistence_settings)."""
+
+    dropin: str  # the systemd drop-in's path, "" when none is needed
+    dropin_content: str
+    install: list[str]  # packages to install for the daemon ([] where another package ships it)
+    enable: bool  # enable the unit (false for a static unit: udev starts it)
+
+
+class DriverPlan(TypedDict):
+    """provision_plan.driver: what the nvidia_driver role carries out (every key always present)."""
+
+    dpkg_repair: bool
+    dpkg_reinstall: list[str]
+    adopted: bool
+    resync: list[str]
+    change: bool
+    remove: list[str]
+    unhold: list[str]
+    pin_file: str
+    pin_content: str
+    transactions: list[list[str]]
+    fabricmanager_install: list[str]
+    fabricmanager_remove: list[str]
+    persistenced: PersistencedPlan
+    hold: list[str]
+    kernel_packages: list[str]
+    kernel_modules: bool
+    blacklist_file: str
+    blacklist_content: str
+    initramfs: list[str]
+    reboot_needed: bool
+    module_loaded: bool
+    nouveau_loaded: bool
+    lspci_available: bool
+    main_package: str | None  # None where the platform names no main package
+
+
+# DriverPlan fields no role reads: kept in the plan for whoever reads provision_plan (-v, a
+# playbook of the site's own, the unit tests), each with the reason
+PLAN_REPORT_ONLY = {
+    "adopted": "the decision behind an empty transactions list (also driver_adopted in the report)",
+    "change": "the decision behind remove, unhold and transactions, for reading the plan",
+    "kernel_packages": "already the head of transactions[0]; listed apart for reading the plan",
+    "main_package": "the package the decisions are about (also driver_package in the report)",
+}
 
 
 class Driver(Facts):
@@ -345,7 +392,7 @@ class Driver(Facts):
             self.fix,
         )
 
-    def persistence_settings(self) -> dict[str, Any]:
+    def persistence_settings(self) -> PersistencedPlan:
         """How persistence mode is made to hold on this OS. Ubuntu's packaged unit is static
         (started by udev when the driver binds), has StopWhenUnneeded=true and runs
         --no-persistence-mode (canonical/nvidia-graphics-drivers:debian/templates/
@@ -537,7 +584,7 @@ class Driver(Facts):
         want_fm: bool,
         fm_names: list[str],
         reboot: bool,
-    ) -> dict[str, Any]:
+    ) -> DriverPlan:
         plat = self.plat
         d = self.drv()
         b = str(d.get("branch"))
@@ -592,7 +639,7 @@ class Driver(Facts):
         if transactions:
             transactions[0] = kernel_pkgs + transactions[0]
             transactions[-1] = transactions[-1] + extra_last
-        persist = (
+        persist: PersistencedPlan = (
             self.persistence_settings()
             if flag(d.get("persistence"))
             else {"dropin": "", "dropin_content": "", "install": [], "enable": False}

@@ -7,7 +7,7 @@
 from __future__ import absolute_import, annotations, division, print_function
 
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from ansible_collections.provision.gpu.plugins.module_utils import parsers as p
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
@@ -65,6 +65,24 @@ CHECKS = (
         "edit the named file and line (provision never edits a user's dotfiles)",
     ),
 )
+
+
+class EnvPlan(TypedDict):
+    """provision_plan.env: what the cuda_env role carries out."""
+
+    prefix: str
+    toolkit_installed: bool
+    profile_file: str
+    profile_content: str
+    ldconf_file: str
+    ldconf_content: str
+    neutralize: list[dict[str, str]]  # {path, content}: profile.d files with another CUDA's paths
+    neutralize_ldconf: list[dict[str, str]]  # {path, content}: ld.so.conf.d files likewise
+    blocked: list[str]  # "path:line: text" the role does not edit (a user's or a foreign file)
+
+
+# EnvPlan fields no role reads, each with the reason (tests/unit/test_plan_fields.py)
+PLAN_REPORT_ONLY: dict[str, str] = {}
 
 
 class Env(Facts):
@@ -231,7 +249,7 @@ class Env(Facts):
                 for i, ln in enumerate(lines)
             ]
             neutralize.append({"path": path, "content": "\n".join(new) + "\n"})
-        self.plan["env"] = {
+        record: EnvPlan = {
             "prefix": prefix,
             "toolkit_installed": bool((self.section("alternatives") or {}).get("prefix_exists")),
             "profile_file": managed,
@@ -242,6 +260,7 @@ class Env(Facts):
             "neutralize_ldconf": neutralize_ld,
             "blocked": ["%s:%d: %s" % (f[0], f[1], f[2]) for f in blocked],
         }
+        self.plan["env"] = record
 
     def _env_user_files(self, e: dict[str, Any], cuda: str) -> None:
         """Another CUDA's paths in the named users' shell files (the multi-GPU guides'

@@ -6,6 +6,8 @@ cudnn, nccl through cuda_library).
 
 from __future__ import absolute_import, annotations, division, print_function
 
+from typing import TypedDict
+
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
     CheckSpec,
 )
@@ -46,6 +48,24 @@ CHECKS = (
 )
 
 
+class LibraryPlan(TypedDict):
+    """provision_plan.cudnn and provision_plan.nccl: what the cuda_library role carries out."""
+
+    packages: list[str]
+    version: str
+    install: list[str]  # package=version (apt) or package-version (dnf)
+    unhold: list[str]
+    hold: list[str]
+    needs_install: bool
+
+
+# LibraryPlan fields no role reads, each with the reason (tests/unit/test_plan_fields.py)
+PLAN_REPORT_ONLY = {
+    "packages": "the library's packages, already in install, hold and unhold with their versions",
+    "version": "the stack's version, already in install",
+}
+
+
 class Libraries(Facts):
     """Judges cudnn, nccl (methods of the one Judge: evaluate.py)."""
 
@@ -82,7 +102,7 @@ class Libraries(Facts):
         )
         sep = "-" if self.plat.family == "redhat" else "="
         unhold = sorted(n for n in names if n in self.held and n in wrong)
-        self.plan[component] = {
+        record: LibraryPlan = {
             "packages": names,
             "version": version,
             "install": ["%s%s%s" % (n, sep, version) for n in names],
@@ -93,6 +113,7 @@ class Libraries(Facts):
             else [],
             "needs_install": bool(wrong),
         }
+        self.plan[component] = record
         main = inst.get(names[0])
         self.report.update(
             {

@@ -6,7 +6,7 @@ pytorch).
 
 from __future__ import absolute_import, annotations, division, print_function
 
-from typing import Any
+from typing import Any, TypedDict
 
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
     CheckSpec,
@@ -52,6 +52,26 @@ CHECKS = (
         "run `provision` on the host",
     ),
 )
+
+
+class PytorchPlan(TypedDict):
+    """provision_plan.pytorch: what the pytorch role carries out."""
+
+    venv: str
+    python: str  # the interpreter the venv is created with
+    venv_python: str
+    create_venv: bool
+    install: list[str]  # requirements to install; [] when torch matches or hashes are refused
+    pip_args: list[str]  # index/find-links arguments
+    install_args: list[str]  # pip install's arguments (pip_args + requirements or -r file)
+    requirements_file: str  # "" without hashes
+    requirements_content: str
+
+
+# PytorchPlan fields no role reads, each with the reason (tests/unit/test_plan_fields.py)
+PLAN_REPORT_ONLY = {
+    "pip_args": "the index arguments, already the head of install_args",
+}
 
 
 class Pytorch(Facts):
@@ -175,7 +195,7 @@ class Pytorch(Facts):
             and extras_ok
             and ((build == "cpu" and torch_cuda is None) or (build != "cpu" and torch_cuda == cuda))
         )
-        self.plan["pytorch"] = {
+        record: PytorchPlan = {
             "venv": venv,
             "python": pt.get("python") or "python3",
             "venv_python": venv + "/bin/python",
@@ -186,6 +206,7 @@ class Pytorch(Facts):
             "requirements_file": requirements if hashes else "",
             "requirements_content": "".join(h + "\n" for h in hashes),
         }
+        self.plan["pytorch"] = record
         self.report.update(
             {
                 "pytorch_venv": venv,

@@ -7,7 +7,7 @@ nvidia_repo).
 from __future__ import absolute_import, annotations, division, print_function
 
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
     CheckSpec,
@@ -79,6 +79,41 @@ CHECKS = (
         ),
     ),
 )
+
+
+class _RepoPlanAll(TypedDict):
+    """The keys of provision_plan.repo on every OS family."""
+
+    url: str  # the repository's URL, with a trailing slash
+    remove: list[str]  # sources/repo files that carry the repository besides the managed one
+    rewrite: list[dict[str, str]]  # {path, content}: sources files rewritten in place
+    dpkg_repair: bool
+    dpkg_reinstall: list[str]
+
+
+class RepoPlan(_RepoPlanAll, total=False):
+    """provision_plan.repo: what the nvidia_repo role carries out. The apt keys are present on
+    the apt families only, the dnf keys on the Red Hat family only (each family's tasks read
+    their own)."""
+
+    # apt
+    list_file: str
+    list_content: str
+    keyring_deb: str
+    keyring_installed: bool
+    remove_old_key: bool
+    old_key_kept_for: list[str]  # "path:line" of NVIDIA entries that still need the old key
+    # dnf
+    repo_id: str
+    repo_file: str
+    gpgkey: str
+
+
+# RepoPlan fields no role reads, each with the reason (tests/unit/test_plan_fields.py)
+PLAN_REPORT_ONLY = {
+    "repo_file": "the .repo path yum_repository writes for repo_id; the judge keeps it out of "
+    "remove",
+}
 
 
 class Repo(Facts):
@@ -173,7 +208,7 @@ class Repo(Facts):
         tk = plat.toolkit_package(cuda)
         src = self.section("sources")
         files = src.get("files") or {}
-        plan: dict[str, Any] = {
+        plan: RepoPlan = {
             "url": url + "/",
             "remove": [],
             "rewrite": [],

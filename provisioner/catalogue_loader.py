@@ -1,8 +1,8 @@
 """The catalogue of check ids: what each verifies and how to fix it (`provision checks`).
 
-Source: the collection's own catalogue, `plugins/module_utils/catalog.py` of the content provision
-runs (imported by path, so it works from a checkout and from the wheel): the one list of check ids,
-beside the evaluator that produces them.
+Source: the collection's own catalogue, `plugins/module_utils/check_catalogue.py` of the content
+provision runs (imported by path, so it works from a checkout and from the wheel): the one list of
+check ids, beside the evaluator that produces them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from provisioner.events import owner_of
 from provisioner.exitcodes import SetupError
 
-COLLECTION_CATALOG = Path("module_utils") / "catalog.py"
+COLLECTION_CATALOG = Path("module_utils") / "check_catalogue.py"
 # loaded by path (a fresh module: the collection provision runs, whatever else is imported); its
 # own imports (the components) resolve through the collections path
 CATALOG_MODULE = "provision_collection_catalog"

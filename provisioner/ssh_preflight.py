@@ -25,7 +25,7 @@ from typing import Any
 from provisioner import content, knownhosts
 from provisioner.exitcodes import SetupError
 from provisioner.inventory import Target
-from provisioner.model import Check, HostReport
+from provisioner.report_model import Check, HostReport
 from provisioner.settings import Settings
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -48,7 +48,7 @@ nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null; echo "r
 
 
 @dataclass
-class ProbeResult:
+class SshProbeResult:
     host: str
     address: str
     port: int
@@ -115,7 +115,7 @@ def _rc(lines: list[str]) -> tuple[int, list[str]]:
     return -1, lines
 
 
-def apply_probe_output(result: ProbeResult, text: str) -> None:
+def apply_probe_output(result: SshProbeResult, text: str) -> None:
     """Fill OS, kernel, python, sudo, GPUs and driver from the probe script's output."""
     sec = parse_sections(text)
     osr: dict[str, str] = {}
@@ -168,7 +168,7 @@ def _load(path: Path) -> ModuleType:
     return module
 
 
-def platform_of(result: ProbeResult) -> Any:  # noqa: ANN401 - module_utils' Platform, loaded by path
+def platform_of(result: SshProbeResult) -> Any:  # noqa: ANN401 - module_utils' Platform, loaded by path
     """The probe's Platform for what the CLI probe read (os-release, uname -m, uname -r)."""
     os_release = {"ID": result.os_id or "", "VERSION_ID": result.os_version or "",
                   "PRETTY_NAME": result.os_name or ""}
@@ -176,7 +176,7 @@ def platform_of(result: ProbeResult) -> Any:  # noqa: ANN401 - module_utils' Pla
 
 
 def python_warnings(
-    result: ProbeResult, torch: str, build: str, releases: dict[str, Any]
+    result: SshProbeResult, torch: str, build: str, releases: dict[str, Any]
 ) -> list[str]:
     """The target's python3 against the Python range of the stack's torch wheels (`releases`:
     the matrix's table for the stack's build, {} for builds it does not list)."""
@@ -194,7 +194,7 @@ def python_warnings(
 
 
 def matrix_warnings(
-    result: ProbeResult, distros: list[dict[str, Any]], carries: list[str], cuda: str
+    result: SshProbeResult, distros: list[dict[str, Any]], carries: list[str], cuda: str
 ) -> list[str]:
     """Distro support (the probe's judgement, preflight.os) and the matrix: unsupported,
     unconfirmed or unknown -> a warning."""
@@ -222,7 +222,7 @@ def matrix_warnings(
     return []
 
 
-PREFLIGHT_REMEDIATION = {
+SSH_REMEDIATION = {
     "resolve": "check the host name (DNS or /etc/hosts)",
     "connect": "check that the host is up and sshd listens on the port",
     "hostkey": "verify the fingerprint, then --accept-new-host-keys (unknown keys only)",
@@ -233,7 +233,7 @@ PREFLIGHT_REMEDIATION = {
 }
 
 
-def preflight_entry(r: ProbeResult) -> HostReport:
+def ssh_failure_entry(r: SshProbeResult) -> HostReport:
     expected = "reachable" if r.status == "unreachable" else "sudo -n works"
     if r.stage == "cloud_init":
         expected = "cloud-init finished (cloud-init status --wait)"
@@ -243,7 +243,7 @@ def preflight_entry(r: ProbeResult) -> HostReport:
         expected=expected,
         actual=r.message,
         message=r.message,
-        remediation=PREFLIGHT_REMEDIATION.get(r.stage, ""),
+        remediation=SSH_REMEDIATION.get(r.stage, ""),
         role="ssh",
     )
     return HostReport(status=r.status, checks=[check], message=r.message, preflight=r.to_dict())
@@ -304,9 +304,9 @@ class ProbeOptions:
     command_timeout: float = 20.0
 
 
-def probe(target: Target, opts: ProbeOptions, lock: threading.Lock) -> ProbeResult:
+def probe(target: Target, opts: ProbeOptions, lock: threading.Lock) -> SshProbeResult:
     start = time.monotonic()
-    result = ProbeResult(host=target.name, address=target.address, port=target.port)
+    result = SshProbeResult(host=target.name, address=target.address, port=target.port)
     try:
         _probe(target, opts, lock, result)
     finally:
@@ -314,11 +314,13 @@ def probe(target: Target, opts: ProbeOptions, lock: threading.Lock) -> ProbeResu
     return result
 
 
-def _fail(result: ProbeResult, status: str, stage: str, message: str) -> None:
+def _fail(result: SshProbeResult, status: str, stage: str, message: str) -> None:
     result.status, result.stage, result.message = status, stage, message
 
 
-def _open_socket(target: Target, opts: ProbeOptions, result: ProbeResult) -> socket.socket | None:
+def _open_socket(
+    target: Target, opts: ProbeOptions, result: SshProbeResult
+) -> socket.socket | None:
     where = f"{target.address}:{target.port}"
     try:
         infos = socket.getaddrinfo(target.address, target.port, type=socket.SOCK_STREAM)
@@ -339,7 +341,7 @@ def _open_socket(target: Target, opts: ProbeOptions, result: ProbeResult) -> soc
 
 
 def _host_key_failure(
-    result: ProbeResult, target: Target, known: Path, key: Any, *,  # noqa: ANN401
+    result: SshProbeResult, target: Target, known: Path, key: Any, *,  # noqa: ANN401
     changed: bool = False, policy: _RecordingPolicy | None = None,
 ) -> None:
     hk_name = known_hosts_name(target.address, target.port)
@@ -384,7 +386,7 @@ def _ssh_connect(
     opts: ProbeOptions,
     policy: _RecordingPolicy,
     known: Path,
-    result: ProbeResult,
+    result: SshProbeResult,
 ) -> bool:
     import paramiko  # noqa: PLC0415
 
@@ -459,7 +461,7 @@ def _add_known_keys(client: Any, kh: knownhosts.KnownHosts, name: str) -> None: 
 PROBE_OUTPUT_LIMIT = 1024 * 1024  # bytes of probe output read at most (was: without bound)
 
 
-def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeResult) -> None:  # noqa: ANN401
+def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: SshProbeResult) -> None:  # noqa: ANN401
     import paramiko  # noqa: PLC0415
 
     try:
@@ -496,7 +498,7 @@ def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: ProbeRes
 
 
 def connect(
-    target: Target, opts: ProbeOptions, lock: threading.Lock, result: ProbeResult
+    target: Target, opts: ProbeOptions, lock: threading.Lock, result: SshProbeResult
 ) -> tuple[Any, socket.socket] | None:
     """An authenticated paramiko client to the target, its host key verified against known_hosts
     (an unknown key accepted and appended only with `accept_new`), or None with `result` saying
@@ -549,7 +551,9 @@ def not_probed(target: Target) -> str | None:
     return None
 
 
-def _probe(target: Target, opts: ProbeOptions, lock: threading.Lock, result: ProbeResult) -> None:
+def _probe(
+    target: Target, opts: ProbeOptions, lock: threading.Lock, result: SshProbeResult
+) -> None:
     skip = not_probed(target)
     if skip:
         result.status, result.message = "skipped", skip
@@ -580,10 +584,10 @@ def quiet_paramiko() -> None:
 WORKERS = 32  # probes at a time; each also holds a paramiko transport thread
 
 
-def run_preflight(
+def run_ssh_preflight(
     targets: list[Target], opts: ProbeOptions, *, deadline: float | None = None,
     workers: int = WORKERS,
-) -> list[ProbeResult]:
+) -> list[SshProbeResult]:
     """Probe all targets with a bounded pool of worker threads; one result per target.
 
     Each host has its own deadline, counted from when its probe starts (was: one global deadline
@@ -595,7 +599,7 @@ def run_preflight(
     quiet_paramiko()
     lock = threading.Lock()
     limit = deadline or (opts.connect_timeout * 3 + opts.command_timeout + 5)
-    done: list[ProbeResult | BaseException | None] = [None] * len(targets)
+    done: list[SshProbeResult | BaseException | None] = [None] * len(targets)
     started: dict[int, float] = {}  # in flight: index -> monotonic start
     pending = list(range(len(targets)))[::-1]
     cond = threading.Condition()
@@ -613,7 +617,7 @@ def run_preflight(
                 started[i] = time.monotonic()
                 cond.notify_all()  # its deadline starts now
             try:
-                got: ProbeResult | BaseException = probe(targets[i], opts, lock)
+                got: SshProbeResult | BaseException = probe(targets[i], opts, lock)
             except BaseException as exc:  # reported per host below
                 got = exc
             with cond:
@@ -636,12 +640,12 @@ def run_preflight(
                     spawn()  # the stuck worker rejoins the pool when its probe returns
             waits = [t0 + limit - now for t0 in started.values()]
             cond.wait(timeout=max(0.05, min(waits, default=1.0)))
-    results: list[ProbeResult] = []
+    results: list[SshProbeResult] = []
     for t, got in zip(targets, done, strict=True):
-        if isinstance(got, ProbeResult):
+        if isinstance(got, SshProbeResult):
             results.append(got)
             continue
-        r = ProbeResult(host=t.name, address=t.address, port=t.port, seconds=limit)
+        r = SshProbeResult(host=t.name, address=t.address, port=t.port, seconds=limit)
         _fail(r, "unreachable", "timeout" if got is None else "error",
               f"no answer within {limit:.0f}s" if got is None else f"probe error: {got!r}")
         results.append(r)

@@ -1,7 +1,13 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: the provision authors. Apache-2.0.
-"""Ansible module provision.gpu.stack_probe: probe a GPU host once, judge it against the stack."""
+"""Ansible module provision.gpu.host_assess: assess a GPU host against the stack in one round trip.
+
+One task of a role: wait (bounded) until the host is free (cloud-init, the package manager's locks),
+refresh the run's host lock, probe the host once (collect.py), judge it (evaluate.py) and return
+the check records, report facts and each component's change plan. Read-only; it was called
+stack_probe before issue 18 (the name said only the probing).
+"""
 
 from __future__ import absolute_import, division, print_function
 
@@ -9,9 +15,11 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: stack_probe
-short_description: Probe a GPU host in one round trip and judge it against the stack
+module: host_assess
+short_description: Wait for a GPU host, probe it once, judge it against the stack, plan changes
 description:
+  - Optionally first waits for the host to be free (O(wait_timeout_s)) and refreshes the run's host
+    lock (O(lock_run_id)), so a role needs one task, one round trip, before it changes anything.
   - Gathers, in one pass on the host, what the roles of provision.gpu need to know (packages and
     versions, holds and versionlocks, alternatives and /usr/local/cuda, profile.d and ld.so.conf
     entries, NVIDIA modules per kernel, Secure Boot, nouveau, nvidia-persistenced and fabric manager
@@ -88,7 +96,7 @@ author:
 
 EXAMPLES = r"""
 - name: Probe the driver state and plan the changes
-  provision.gpu.stack_probe:
+  provision.gpu.host_assess:
     stack: "{{ gpu_stack_desired }}"
     components: [driver]
     require: [driver.secure_boot]

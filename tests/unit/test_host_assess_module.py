@@ -32,7 +32,7 @@ def probe(**args: Any) -> dict[str, Any]:
             "-e",
             f"ansible_python_interpreter={sys.executable}",
             "-m",
-            "provision.gpu.stack_probe",
+            "provision.gpu.host_assess",
             "-a",
             json.dumps({"stack": STACK, **args}),
         ],
