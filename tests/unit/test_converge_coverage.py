@@ -119,8 +119,15 @@ def test_site_skips_exactly_the_gated_roles_of_converged_components() -> None:
     site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text(encoding="utf-8"))
     play = next(p for p in site if p["name"] == "Provision the GPU training stack")
     block = next(t for t in play["tasks"] if t.get("name") == "Provision")["block"]
-    gates = {t["ansible.builtin.import_role"]["name"].split(".")[-1]: t.get("when")
-             for t in block if "ansible.builtin.import_role" in t}
+    gates = {(t.get("ansible.builtin.import_role") or t["ansible.builtin.include_role"])["name"]
+             .split(".")[-1]: t.get("when")
+             for t in block
+             if "ansible.builtin.import_role" in t or "ansible.builtin.include_role" in t}
+    # a gated role is included (one skipped task when converged) and its tasks carry its tag
+    for t in block:
+        if "ansible.builtin.include_role" in t:
+            role = t["ansible.builtin.include_role"]["name"].split(".")[-1]
+            assert t["ansible.builtin.include_role"]["apply"]["tags"] == [role] == t["tags"]
     for role, comps in GATED.items():
         if role == "cuda_library":
             continue  # included by the cudnn and nccl roles
