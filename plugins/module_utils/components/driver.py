@@ -6,6 +6,7 @@
 
 from __future__ import absolute_import, annotations, division, print_function
 
+import datetime
 import re
 from typing import Any
 
@@ -29,6 +30,19 @@ CHECKS = (
         "the installed driver is of the stack's branch (driver.branch)",
         (
             "run `provision` on the host (installs cuda-drivers-<branch> and holds it)"
+        ),
+    ),
+    CheckSpec(
+        "driver.branch_support",
+        (
+            "the stack's driver branch is still supported by NVIDIA (the matrix's "
+            "driver.branches end_of_support); past it the check passes with a `warning` "
+            "(report.json, junit.xml system-out, provision_check_warning, the summary), so "
+            "the exit code is unchanged"
+        ),
+        (
+            "set driver.branch in the stack to a supported branch (`provision stack validate` "
+            "names them), then run `provision` on the host"
         ),
     ),
     CheckSpec(
@@ -190,6 +204,7 @@ class Driver(Facts):
             "gpu_stack_secure_boot_signed=true",
         )
         self._driver_flavor(flavor, ds, adopted)
+        self._branch_support_check(b)
         branch_ok = ds["branch"] == b and not ds["other_branch"]
         self.add(
             "driver.branch",
@@ -322,6 +337,68 @@ class Driver(Facts):
         if not inst:
             return False
         return re.match(r"^\d{3}\.", upstream_version(inst["version"])) is not None
+
+    def _month(self) -> str:
+        """This month (YYYY-MM); the stack's `today` (tests) when given."""
+        today = str(self.stack.get("today") or "")
+        return today[:7] if today else datetime.date.today().strftime("%Y-%m")
+
+    def _branch_support_check(self, branch: str) -> None:
+        """NVIDIA's end of support of the branch (matrix driver.branches, passed as
+        driver.support): a branch past it still runs CUDA, but gets no bug or security fixes. A
+        warning, not a failure: the check passes with a `warning` field, the exit code stays."""
+        table = self.drv().get("support")
+        table = table if isinstance(table, dict) else {}
+        info = table.get(branch)
+        if not isinstance(info, dict) or not info.get("end_of_support"):
+            self.add(
+                "driver.branch_support",
+                "skip",
+                None,
+                None,
+                "branch %s is not in the matrix's driver.branches: end of support unknown" % branch,
+            )
+            return
+        end, kind = str(info["end_of_support"]), str(info.get("kind") or "")
+        month = self._month()
+        expected = "branch %s supported by NVIDIA" % branch
+        if month <= end:
+            self.add(
+                "driver.branch_support",
+                "pass",
+                expected,
+                "supported (%s, until %s)" % (kind, end),
+                "NVIDIA still fixes bugs and security issues in branch %s" % branch,
+            )
+            return
+        supported = [
+            "%s (%s, supported until %s)" % (b, v.get("kind"), v.get("end_of_support"))
+            for b, v in sorted(table.items())
+            if isinstance(v, dict)
+            and str(v.get("end_of_support") or "") >= month
+            and b.isdigit()
+            and branch.isdigit()
+            and int(b) >= int(branch)
+        ]
+        warning = (
+            "driver branch %s is past NVIDIA's end of support (%s, support ended %s: %s); it gets "
+            "no bug or security fixes; set driver.branch to a supported branch: %s"
+            % (
+                branch,
+                kind,
+                end,
+                info.get("source") or "the matrix",
+                ", ".join(supported) or "none known",
+            )
+        )
+        self.add(
+            "driver.branch_support",
+            "pass",
+            expected,
+            "past end of support (%s, ended %s)" % (kind, end),
+            warning,
+            warning=warning,
+        )
 
     def _want_fabricmanager(self) -> bool:
         policy = str(self.drv().get("fabricmanager") or "auto")
