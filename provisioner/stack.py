@@ -202,7 +202,8 @@ class Stack:
             str(b): {
                 "kind": str(v["kind"]),
                 "end_of_support": str(v["end_of_support"]),
-                "source": " ".join(str(v["source"]).split()),
+                # the end-of-support part of the source (the matrix adds notes after a ";")
+                "source": " ".join(str(v["source"]).split(";")[0].split()),
             }
             for b, v in sorted(branches.items())
         }
