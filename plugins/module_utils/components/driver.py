@@ -10,6 +10,7 @@ import datetime
 import re
 from typing import Any
 
+from ansible_collections.provision.gpu.plugins.module_utils import branch_support
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
     CheckSpec,
 )
@@ -338,67 +339,15 @@ class Driver(Facts):
             return False
         return re.match(r"^\d{3}\.", upstream_version(inst["version"])) is not None
 
-    def _month(self) -> str:
-        """This month (YYYY-MM); the stack's `today` (tests) when given."""
-        today = str(self.stack.get("today") or "")
-        return today[:7] if today else datetime.date.today().strftime("%Y-%m")
-
     def _branch_support_check(self, branch: str) -> None:
-        """NVIDIA's end of support of the branch (matrix driver.branches, passed as
-        driver.support): a branch past it still runs CUDA, but gets no bug or security fixes. A
-        warning, not a failure: the check passes with a `warning` field, the exit code stays."""
-        table = self.drv().get("support")
-        table = table if isinstance(table, dict) else {}
-        info = table.get(branch)
-        if not isinstance(info, dict) or not info.get("end_of_support"):
-            self.add(
-                "driver.branch_support",
-                "skip",
-                None,
-                None,
-                "branch %s is not in the matrix's driver.branches: end of support unknown" % branch,
-            )
-            return
-        end, kind = str(info["end_of_support"]), str(info.get("kind") or "")
-        month = self._month()
-        expected = "branch %s supported by NVIDIA" % branch
-        if month <= end:
-            self.add(
-                "driver.branch_support",
-                "pass",
-                expected,
-                "supported (%s, until %s)" % (kind, end),
-                "NVIDIA still fixes bugs and security issues in branch %s" % branch,
-            )
-            return
-        supported = [
-            "%s (%s, supported until %s)" % (b, v.get("kind"), v.get("end_of_support"))
-            for b, v in sorted(table.items())
-            if isinstance(v, dict)
-            and str(v.get("end_of_support") or "") >= month
-            and b.isdigit()
-            and branch.isdigit()
-            and int(b) >= int(branch)
-        ]
-        warning = (
-            "driver branch %s is past NVIDIA's end of support (%s, support ended %s: %s); it gets "
-            "no bug or security fixes; set driver.branch to a supported branch: %s"
-            % (
-                branch,
-                kind,
-                end,
-                info.get("source") or "the matrix",
-                ", ".join(supported) or "none known",
-            )
+        """NVIDIA's end of support of the branch (branch_support.py): a warning, not a failure."""
+        today = str(self.stack.get("today") or "")  # tests; else this month
+        month = today[:7] if today else datetime.date.today().strftime("%Y-%m")
+        status, expected, actual, message, warning = branch_support.judge(
+            branch, self.drv().get("support"), month
         )
-        self.add(
-            "driver.branch_support",
-            "pass",
-            expected,
-            "past end of support (%s, ended %s)" % (kind, end),
-            warning,
-            warning=warning,
-        )
+        extra = {"warning": warning} if warning else {}
+        self.add("driver.branch_support", status, expected, actual, message, **extra)
 
     def _want_fabricmanager(self) -> bool:
         policy = str(self.drv().get("fabricmanager") or "auto")
