@@ -35,7 +35,13 @@ from lab.util import LabError, clean_env, run
 
 REPO_SUBDIR = "compute/cuda/repos"
 NVIDIA_MODELS = ("ubuntu2204-x86_64", "debian11-x86_64", "debian12-x86_64", "rhel9-x86_64")
-ARCHIVE_MODELS = ("ubuntu-jammy", "debian-bullseye", "debian-bookworm", "rocky-9")
+ARCHIVE_MODELS = (
+    "ubuntu-jammy",
+    "ubuntu-jammy-updates",
+    "debian-bullseye",
+    "debian-bookworm",
+    "rocky-9",
+)
 EPEL_RELEASE = "epel-release-latest-9.noarch.rpm"
 RPM_TOOLS = ("rpmbuild", "rpmsign", "createrepo_c", "modifyrepo_c")
 
@@ -357,6 +363,10 @@ def _keyring_deb(keyring: bytes, base_url: str, repo_model: model_mod.RepoModel)
         f"deb [signed-by={spec['keyring']}] {base_url}/{REPO_SUBDIR}/{repo_model.repo}/ /\n",
     )
     deb.conffiles.append(listfile)
+    pin = spec.get("pin")
+    if pin:  # /etc/apt/preferences.d/cuda-repository-pin-600: the repository's priority (600)
+        deb.add_text(str(pin["path"]), str(pin["text"]))
+        deb.conffiles.append(str(pin["path"]))
     return deb
 
 

@@ -102,6 +102,8 @@ def _health_fields(raw: dict[str, Any]) -> dict[str, Any]:
     findings = raw.get("findings")
     if isinstance(findings, list) and findings:
         out["findings"] = [f for f in findings if isinstance(f, dict)][:64]
+    if raw.get("warning"):  # a passing check that needs attention (driver.branch_support)
+        out["warning"] = _text(raw["warning"])
     return out
 
 

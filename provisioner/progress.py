@@ -217,6 +217,7 @@ def problem_lines(hosts: dict[str, HostReport], per_host: int | None = 12) -> li
                 lines.append(f"{' ' * len(name)}  action: {c.action}")
         if per_host is not None and len(bad) > per_host:
             lines.append(f"{name}: ... {len(bad) - per_host} more in report.json")
+        lines.extend(f"{name}: {c.id} WARNING: {c.warning}" for c in e.checks if c.warning)
     return lines
 
 

@@ -60,6 +60,9 @@ class Check:
     # per GPU {gpu: {index, bus_id, uuid}, figure, threshold, action, message}
     action: str = ""
     findings: list[dict[str, Any]] = field(default_factory=list)
+    # a passing check that still needs attention (driver.branch_support past NVIDIA's end of
+    # support): shown in the summary, junit.xml and provision.prom; the status and exit code stay
+    warning: str = ""
 
     @property
     def bad(self) -> bool:
@@ -76,6 +79,7 @@ class Check:
             "role": self.role,
             **({"action": self.action} if self.action else {}),
             **({"findings": self.findings} if self.findings else {}),
+            **({"warning": self.warning} if self.warning else {}),
         }
 
     @classmethod
@@ -95,6 +99,7 @@ class Check:
             findings=[f for f in d.get("findings") or [] if isinstance(f, dict)]
             if isinstance(d.get("findings"), list)
             else [],
+            warning=_text(d.get("warning")),
         )
 
 

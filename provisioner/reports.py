@@ -109,6 +109,9 @@ def junit_xml(report: Report) -> str:
             elif status == "skip":
                 ET.SubElement(case, "skipped", message=msg)
                 counts["skipped"] += 1
+            if check.warning:  # a passing check that needs attention: not a failure
+                out = ET.SubElement(case, "system-out")
+                out.text = f"warning: {check.warning}"
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="status", value=entry.status)
         for k, v in entry.facts.items():
@@ -168,6 +171,13 @@ def prom_text(report: Report) -> str:
             for c in e.checks
             for s in CHECK_STATUSES
         ],
+    )
+    family(
+        "provision_check_warning",
+        "Checks that pass but need attention (driver.branch_support past NVIDIA's end of "
+        "support): one series per host and check, value is always 1.",
+        [(_labels(host=h, check=c.id), 1.0) for h, e in hosts.items() for c in e.checks
+         if c.warning],
     )
     family(
         "provision_host_status",

@@ -118,6 +118,7 @@ DERIVED_VARS = {
     "gpu_stack_cudnn_build": "cudnn.version and cuda.version",
     "gpu_stack_nccl_build": "nccl.version and cuda.version",
     "gpu_stack_cuda_distros": "cuda.version and mirrors.nvidia_repo_carries",
+    "gpu_stack_driver_support": "the matrix's driver.branches",
 }
 CPU_BUILD = "cpu"
 
@@ -191,6 +192,21 @@ class Stack:
                 out[f"{d['name']}/{arch}"] = status
         return out
 
+    def driver_support(self) -> dict[str, dict[str, str]]:
+        """NVIDIA's driver branches from the matrix: branch -> kind, end_of_support (YYYY-MM),
+        source. Independent of the stack's branch, so the role default fits any branch; the
+        driver.branch_support check looks its branch up and warns past the date."""
+        branches = self._matrix().get("driver", {}).get("branches") or {}
+        return {
+            str(b): {
+                "kind": str(v["kind"]),
+                "end_of_support": str(v["end_of_support"]),
+                # the end-of-support part of the source (the matrix adds notes after a ";")
+                "source": " ".join(str(v["source"]).split(";")[0].split()),
+            }
+            for b, v in sorted(branches.items())
+        }
+
     def cuda_min_driver(self) -> str:
         return str((self.cuda_row().get("min_driver") or {}).get("version") or "")
 
@@ -219,6 +235,7 @@ class Stack:
         out["gpu_stack_cudnn_build"] = self.cudnn_build()
         out["gpu_stack_nccl_build"] = self.nccl_build()
         out["gpu_stack_cuda_distros"] = self.cuda_distros()
+        out["gpu_stack_driver_support"] = self.driver_support()
         out["nvidia_driver_allow_reboot"] = allow_reboot
         return out
 

@@ -72,3 +72,19 @@ def test_readme_lists_every_unconfirmed_fact():
             if not any(name in row for row in rows):
                 missing.append(f"{name}: {fact.subject} ({fact.what})")
     assert not missing, "lab/README.md does not list: " + "; ".join(sorted(set(missing)))
+
+
+def test_jammy_updates_carries_canonicals_newer_535_under_nvidias_names():
+    """Canonical's non-server 535 in jammy-updates: NVIDIA's names, a newer version, Canonical's
+    revision scheme and exact dependencies; the ubuntu2204 keyring ships the pin-600 file."""
+    upd = model.load("ubuntu-jammy-updates")
+    assert upd.data["suite"] == "jammy-updates" and upd.data["release"]["origin"] == "Ubuntu"
+    drv = upd.package("nvidia-driver-535", "535.288.01-0ubuntu0.22.04.1")
+    assert "libnvidia-compute-535 (= 535.288.01-0ubuntu0.22.04.1)" in drv.relations["depends"]
+    nvidia = model.load("ubuntu2204-x86_64")
+    newest = max(p.version for p in nvidia.packages if p.name == "nvidia-driver-535")
+    assert newest < drv.version  # NVIDIA's newest 535 in the model is older
+    assert not {n for n in upd.names() if "fabricmanager" in n or "nscq" in n}  # not modelled
+    pin = nvidia.data["keyring"]["pin"]
+    assert pin["path"] == "/etc/apt/preferences.d/cuda-repository-pin-600"
+    assert "Package: *\nPin: release l=NVIDIA CUDA\nPin-Priority: 600\n" in pin["text"]

@@ -213,6 +213,7 @@ def stack(**over: Any) -> dict[str, Any]:
             "persistence": True,
             "secure_boot_signed": False,
             "hold": True,
+            "support": v["gpu_stack_driver_support"],
         },
         "cuda": {
             "version": v["gpu_stack_cuda_version"],

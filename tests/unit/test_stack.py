@@ -243,6 +243,7 @@ DERIVED = {
     "gpu_stack_cudnn_build",
     "gpu_stack_nccl_build",
     "gpu_stack_cuda_distros",
+    "gpu_stack_driver_support",
 }
 
 

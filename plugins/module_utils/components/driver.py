@@ -6,9 +6,11 @@
 
 from __future__ import absolute_import, annotations, division, print_function
 
+import datetime
 import re
 from typing import Any, TypedDict
 
+from ansible_collections.provision.gpu.plugins.module_utils import branch_support
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
     CheckSpec,
 )
@@ -29,6 +31,19 @@ CHECKS = (
         "the installed driver is of the stack's branch (driver.branch)",
         (
             "run `provision` on the host (installs cuda-drivers-<branch> and holds it)"
+        ),
+    ),
+    CheckSpec(
+        "driver.branch_support",
+        (
+            "the stack's driver branch is still supported by NVIDIA (the matrix's "
+            "driver.branches end_of_support); past it the check passes with a `warning` "
+            "(report.json, junit.xml system-out, provision_check_warning, the summary), so "
+            "the exit code is unchanged"
+        ),
+        (
+            "set driver.branch in the stack to a supported branch (`provision stack validate` "
+            "names them), then run `provision` on the host"
         ),
     ),
     CheckSpec(
@@ -237,6 +252,7 @@ class Driver(Facts):
             "gpu_stack_secure_boot_signed=true",
         )
         self._driver_flavor(flavor, ds, adopted)
+        self._branch_support_check(b)
         branch_ok = ds["branch"] == b and not ds["other_branch"]
         self.add(
             "driver.branch",
@@ -369,6 +385,16 @@ class Driver(Facts):
         if not inst:
             return False
         return re.match(r"^\d{3}\.", upstream_version(inst["version"])) is not None
+
+    def _branch_support_check(self, branch: str) -> None:
+        """NVIDIA's end of support of the branch (branch_support.py): a warning, not a failure."""
+        today = str(self.stack.get("today") or "")  # tests; else this month
+        month = today[:7] if today else datetime.date.today().strftime("%Y-%m")
+        status, expected, actual, message, warning = branch_support.judge(
+            branch, self.drv().get("support"), month
+        )
+        extra = {"warning": warning} if warning else {}
+        self.add("driver.branch_support", status, expected, actual, message, **extra)
 
     def _want_fabricmanager(self) -> bool:
         policy = str(self.drv().get("fabricmanager") or "auto")

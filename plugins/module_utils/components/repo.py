@@ -9,6 +9,7 @@ from __future__ import absolute_import, annotations, division, print_function
 import re
 from typing import Any, TypedDict
 
+from ansible_collections.provision.gpu.plugins.module_utils import crb
 from ansible_collections.provision.gpu.plugins.module_utils.components.base import (
     CheckSpec,
 )
@@ -302,6 +303,8 @@ class Repo(Facts):
             )
             hits = sorted(path for path, text in files.items() if url in text)
             plan["remove"] = [h for h in hits if h != plan["repo_file"]]
+            # CodeReady Builder for EPEL's dkms: crb, subscription-manager, or the RHUI id
+            plan["crb"] = crb.choose(plat.os_id, plat.major, plat.arch, files)
             dnf = self.facts.get("dnf_available") or {}
             carries = dnf.get("rc") == 0 and tk in (dnf.get("stdout") or "")
             ok = len(hits) == 1 and carries
