@@ -36,7 +36,7 @@ Pure Python (Python 3.8+ on targets).
 from __future__ import absolute_import, annotations, division, print_function
 
 import re
-from typing import Any
+from typing import TypedDict
 
 # R1-R3: [rhui-]codeready-builder-for-rhel-<major>-[<arch>-][eus-]rhui-rpms
 RHUI_CRB_RE = re.compile(
@@ -67,7 +67,17 @@ def _enable(repo_id: str) -> list[str]:
     return ["dnf", "config-manager", "--set-enabled", repo_id]
 
 
-def choose(os_id: str, major: str, arch: str, repo_files: dict[str, str]) -> dict[str, Any]:
+class CrbPlan(TypedDict):
+    """provision_plan.repo.crb: the CodeReady Builder repository the nvidia_repo role enables."""
+
+    id: str  # the repository id, "" when nothing known can be enabled
+    cmd: list[str]  # the command that enables it
+    how: str  # rebuild | subscription-manager | rhui | stop
+    enabled: bool  # already enabled in the host's repo files
+    stop: str  # the message that stops the host, "" when none
+
+
+def choose(os_id: str, major: str, arch: str, repo_files: dict[str, str]) -> CrbPlan:
     """{id, cmd, how, enabled, stop}: the CRB repository of this host and the command that
     enables it (how: rebuild | subscription-manager | rhui | stop); `stop` is the message when
     nothing known can be enabled (then id and cmd are empty)."""

@@ -17,7 +17,7 @@ from provisioner import progress, reports
 from provisioner import stack as stk
 from provisioner.events import normalize_check
 from provisioner.exitcodes import ExitCode, exit_code_for
-from provisioner.model import Check, HostReport, Report
+from provisioner.report_model import Check, HostReport, Report
 
 DOCS = "https://docs.nvidia.com/datacenter/tesla/drivers/620/supported-drivers-and-cuda-toolkit-versions.html"
 

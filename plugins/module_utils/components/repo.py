@@ -108,6 +108,7 @@ class RepoPlan(_RepoPlanAll, total=False):
     repo_id: str
     repo_file: str
     gpgkey: str
+    crb: crb.CrbPlan
 
 
 # RepoPlan fields no role reads, each with the reason (tests/unit/test_plan_fields.py)
