@@ -21,11 +21,7 @@ from typing import Any
 
 from ansible_collections.provision.gpu.plugins.module_utils.components import ON_REQUEST, REGISTRY
 from ansible_collections.provision.gpu.plugins.module_utils.components.cuda import Cuda
-from ansible_collections.provision.gpu.plugins.module_utils.components.driver import (
-    Driver,
-    kernel_module_flavour,
-    loaded_module_flavour,
-)
+from ansible_collections.provision.gpu.plugins.module_utils.components.driver import Driver
 from ansible_collections.provision.gpu.plugins.module_utils.components.env import (
     Env,
     profile_script,
@@ -38,6 +34,10 @@ from ansible_collections.provision.gpu.plugins.module_utils.components.pytorch i
     cudnn_text,
 )
 from ansible_collections.provision.gpu.plugins.module_utils.components.repo import Repo
+from ansible_collections.provision.gpu.plugins.module_utils.flavour import (
+    kernel_module_flavour,
+    loaded_module_flavour,
+)
 
 __all__ = [
     "COMPONENTS",

@@ -18,6 +18,10 @@ from ansible_collections.provision.gpu.plugins.module_utils.components.facts imp
     Facts,
     flag,
 )
+from ansible_collections.provision.gpu.plugins.module_utils.flavour import (
+    kernel_module_flavour,
+    loaded_module_flavour,
+)
 from ansible_collections.provision.gpu.plugins.module_utils.platforms import (
     upstream_version,
 )
@@ -165,18 +169,6 @@ BLACKLIST_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
 BLACKLIST = (
     "# Managed by provision (nvidia_driver role)\nblacklist nouveau\noptions nouveau modeset=0\n"
 )
-
-OPEN_MODULE_RE = re.compile(
-    r"^(nvidia-dkms-\d+(-server)?-open|nvidia-kernel-open-\d+|"
-    r"nvidia-kernel-source-\d+(-server)?-open|linux-modules-nvidia-\d+(-server)?-open-\d.*|"
-    r"nvidia-kernel-open-dkms|kmod-nvidia-open-dkms)$"
-)
-
-PROPRIETARY_MODULE_RE = re.compile(
-    r"^(nvidia-dkms-\d+(-server)?|nvidia-kernel-source-\d+(-server)?|"
-    r"linux-modules-nvidia-\d+(-server)?-\d.*|nvidia-kernel-dkms|kmod-nvidia-latest-dkms)$"
-)
-
 
 class PersistencedPlan(TypedDict):
     """How nvidia-persistenced is made to keep persistence mode on (persistence_settings)."""
@@ -789,23 +781,3 @@ class Driver(Facts):
             msg,
             fix,
         )
-
-
-def kernel_module_flavour(name: str) -> str:
-    """Which kernel module flavour a package builds or ships: open, proprietary or "" (U1: the
-    -open packages of Canonical's control; D1, R1/R3: Debian's and EL's module package names)."""
-    if OPEN_MODULE_RE.match(name):
-        return "open"
-    if PROPRIETARY_MODULE_RE.match(name):
-        return "proprietary"
-    return ""
-
-
-def loaded_module_flavour(version_file: str) -> str:
-    """/proc/driver/nvidia/version -> open ("NVIDIA UNIX Open Kernel Module for x86_64"),
-    proprietary ("NVIDIA UNIX x86_64 Kernel Module"), or "" when no module is loaded."""
-    if "Open Kernel Module" in version_file:
-        return "open"
-    if "Kernel Module" in version_file:
-        return "proprietary"
-    return ""
