@@ -36,7 +36,8 @@ def test_missing_ansible_exits_4_with_an_inventory(tmp_path: Path) -> None:
     inv = tmp_path / "hosts.yml"
     # templated: Ansible's inventory manager reads it in process (a plain inventory needs no
     # Ansible in process; ansible-playbook's own absence is found by find_ansible_playbook)
-    inv.write_text('all:\n  hosts:\n    gpu01: {ansible_host: 127.0.0.1, ansible_port: "{{ 1 }}"}\n')
+    inv.write_text(
+        'all:\n  hosts:\n    gpu01: {ansible_host: 127.0.0.1, ansible_port: "{{ 1 }}"}\n')
     proc = _run(tmp_path, ["ansible", "ansible.inventory", "ansible.inventory.manager"],
                 ["check", "-i", str(inv), "--no-preflight"])
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
