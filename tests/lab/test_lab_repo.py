@@ -155,11 +155,12 @@ def test_ubuntu_persistenced_is_a_virtual_name_a_static_unit_and_runs_without_pe
     assert wait_active(fleet, "gpu01", "nvidia-persistenced") == "active"
     out = smi(fleet, "gpu01", "--query-gpu=persistence_mode --format=csv,noheader")[1]
     assert set(out.split()) == {"Disabled"}
-    # `apt install nvidia-persistenced` would remove the driver for NVIDIA's 580 package
+    # `apt install nvidia-persistenced` would remove the driver for NVIDIA's unversioned package
+    # (its newest build: 590.48.01 beside the 580 ones)
     out = ok(fleet, "gpu01", f"{APT} install -s nvidia-persistenced")
     for gone in ("cuda-drivers-535", "nvidia-driver-535", "nvidia-compute-utils-535"):
         assert re.search(rf"^Remv {gone} ", out, re.M), out
-    assert re.search(r"^Inst nvidia-persistenced \(580\.65\.06-0ubuntu1 ", out, re.M)
+    assert re.search(r"^Inst nvidia-persistenced \(590\.48\.01-1ubuntu1 ", out, re.M), out
     # what NVIDIA's own role does: a drop-in without --no-persistence-mode
     ok(
         fleet,
