@@ -185,7 +185,7 @@ class Platform(object):
                 r"^(cuda-drivers(-\d+)?|cuda-drivers-fabricmanager(-\d+)?|"
                 r"nvidia-(driver|headless|headless-no-dkms|utils|compute-utils|dkms|kernel-common|"
                 r"kernel-source|kernel-open|fabricmanager|fabricmanager-dev)-\d+(-server)?(-open)?|"
-                # Canonical's nvidia-firmware-<B>-<V>; NVIDIA's own 580 builds: nvidia-firmware-<B> (U6)
+                # Canonical's nvidia-firmware-<B>-<V>; NVIDIA's 580 builds: nvidia-firmware-<B> (U6)
                 r"nvidia-firmware-\d+(-server)?(-[0-9.]+)?|"
                 r"libnvidia-(compute|common|gl|gpucomp|extra|decode|encode|cfg1|fbc1|nscq)-\d+"
                 r"(-server)?|"

@@ -66,9 +66,10 @@ def test_ubuntu2204_580_is_nvidias_build_with_unversioned_names_and_a_newer_bran
         ("nvidia-persistenced", (old, new, "590.48.01-1ubuntu1")),
     ):
         assert sorted(p.version for p in m.packages if p.name == name) == sorted(versions), name
-    assert "nvidia-fabricmanager-580" in m.package("nvidia-fabricmanager", "580.65.06-1").relations[
-        "provides"]
-    assert m.package("cuda-drivers-580", new).relations["depends"][0] == "nvidia-driver-580 (>= 580.95.05)"
+    fm = m.package("nvidia-fabricmanager", "580.65.06-1")
+    assert "nvidia-fabricmanager-580" in fm.relations["provides"]
+    meta = m.package("cuda-drivers-580", new)
+    assert meta.relations["depends"][0] == "nvidia-driver-580 (>= 580.95.05)"
 
 
 def test_debian_models_use_debian_names_and_debian12_has_no_cuda_12_1():

@@ -267,7 +267,9 @@ def test_toolkits_libraries_and_traps(lab, fleet_factory):
     assert "release 12.4, V12.4.131" in ok(fleet, "gpu01", "/usr/local/cuda/bin/nvcc --version")
     # cuda-12-1 pulls the runtime, which pulls the newest branch through the unversioned meta
     plan = ok(fleet, "gpu01", f"{APT} install -s cuda-12-1")
-    assert "Inst cuda-drivers-550 " in plan and "Inst nvidia-driver-550 " in plan
+    assert "Inst cuda-drivers-580 " in plan and "Inst nvidia-driver-580 " in plan
+    # ... and with it the newest release of the unversioned names (590's daemon beside 580)
+    assert re.search(r"^Inst nvidia-persistenced \(590\.48\.01-1ubuntu1 ", plan, re.M), plan
     # unpinned candidates are builds for another CUDA
     assert "Candidate: 8.9.7.29-1+cuda12.2" in ok(fleet, "gpu01", "apt-cache policy libcudnn8")
     assert "Candidate: 2.21.5-1+cuda12.4" in ok(fleet, "gpu01", "apt-cache policy libnccl2")

@@ -478,6 +478,30 @@ def test_el_branch_change_takes_the_fabric_manager_along() -> None:
     assert same["remove"] == []
 
 
+def test_el_branch_change_from_580_removes_the_fabric_manager_only_before_the_install() -> None:
+    """From 580 EL's fabric manager is nvidia-fabricmanager; going down to 550 it is removed with
+    the 580 packages BEFORE the install, and not again after it: nvidia-fabric-manager (550)
+    provides nvidia-fabricmanager, so `dnf remove nvidia-fabricmanager` after the install removed
+    the fabric manager just installed (the lab's el9 converge scenario on 580 found it)."""
+    h = FakeHost(pf.ROCKY_9).gpus("580.95.05")
+    rpm = [
+        "nvidia-driver|3:580.95.05-1.el9|x86_64",
+        "nvidia-driver-cuda|3:580.95.05-1.el9|x86_64",
+        "kmod-nvidia-latest-dkms|3:580.95.05-1.el9|x86_64",
+        "nvidia-persistenced|3:580.95.05-1.el9|x86_64",
+        "cuda-drivers-580|0:580.95.05-1|x86_64",
+        "nvidia-fabricmanager|0:580.95.05-1|x86_64",
+    ]
+    h.commands["rpm -qa"] = (0, "\n".join(rpm) + "\n", "")
+    plan = judge(h, ["driver"], stack(**{"driver.branch": "550"}))["plan"]["driver"]
+    assert {"nvidia-fabricmanager", "cuda-drivers-580"} <= set(plan["remove"]), plan["remove"]
+    assert plan["fabricmanager_remove"] == [], plan["fabricmanager_remove"]
+    assert plan["transactions"][-1][-1] == "nvidia-fabric-manager"
+    up = judge(h, ["driver"], stack(**{"driver.branch": "580", "driver.version": "580.95.05"}))
+    plan = up["plan"]["driver"]
+    assert plan["remove"] == [] and plan["transactions"][-1][-1] == "nvidia-fabricmanager-580.95.05"
+
+
 # ------------------------------------------------------------------- 10. EL holds and suffixes
 
 
