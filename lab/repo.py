@@ -581,7 +581,7 @@ def _modules_yaml(repo_model: model_mod.RepoModel, built: list[Rpm]) -> str:
     docs: list[dict[str, Any]] = []
     by_branch: dict[str, list[Rpm]] = {}
     for pkg, rpm in zip(repo_model.packages, built, strict=True):
-        if pkg.set_id == "driver":
+        if pkg.set_id.startswith("driver"):
             by_branch.setdefault(pkg.variables.get("B", ""), []).append(rpm)
     for i, stream in enumerate(spec["streams"]):
         branch = str(stream["branch"])
@@ -602,7 +602,7 @@ def _modules_yaml(repo_model: model_mod.RepoModel, built: list[Rpm]) -> str:
             if r.name not in other_kmods
             and (r.name != kmod or tuple(int(x) for x in r.version.split(".")) == newest)
         ]
-        fm = [str(x).replace("{B}", branch) for x in spec.get("fm_pkgs", [])]
+        fm = [str(x).replace("{B}", branch) for x in stream.get("fm_pkgs", spec.get("fm_pkgs", []))]
         base_pkgs = [str(x) for x in spec["branch_pkgs"]] + [kmod]
         artifacts = sorted(
             {f"{r.name}-{r.epoch or '0'}:{r.version}-{r.release}.{r.arch}" for r in members}

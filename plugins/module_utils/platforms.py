@@ -20,6 +20,11 @@ the source next to it:
      specific record that matches it, "the first specific stanza for a package is the ruler");
      the Release file's Origin field: Ubuntu in
      http://archive.ubuntu.com/ubuntu/dists/jammy-updates/Release.
+  U6 NVIDIA's own 580 builds in its ubuntu2204 repository (file names in public package
+     manifests: nvidia-firmware-580_580.65.06-0ubuntu1, libnvidia-gpucomp-580_...,
+     nvidia-persistenced_580.65.06-0ubuntu1 beside nvidia-compute-utils-580_...), and
+     NVIDIA/gpu-driver-container#451 (nvidia-fabricmanager 580.65.06-1 provides
+     nvidia-fabricmanager-580), #735 (nv-fabricmanager 590.48.01 installed beside driver 580).
   D1 GoogleCloudDataproc/initialization-actions#1400 and gpu/install_gpu_driver.sh (Debian:
      nvidia-driver-cuda with nvidia-kernel-dkms / nvidia-kernel-open-dkms; contrib),
      NVIDIA/nvidia-docker#1791 (cuda-drivers pulls nvidia-driver on Debian).
@@ -180,10 +185,16 @@ class Platform(object):
                 r"^(cuda-drivers(-\d+)?|cuda-drivers-fabricmanager(-\d+)?|"
                 r"nvidia-(driver|headless|headless-no-dkms|utils|compute-utils|dkms|kernel-common|"
                 r"kernel-source|kernel-open|fabricmanager|fabricmanager-dev)-\d+(-server)?(-open)?|"
-                r"nvidia-firmware-\d+(-server)?-[0-9.]+|"
-                r"libnvidia-(compute|common|gl|extra|decode|encode|cfg1|fbc1|nscq)-\d+(-server)?|"
-                # from 580 the fabric manager and NSCQ names carry no branch (U3)
-                r"nvidia-fabricmanager(-dev)?|libnvidia-nscq|"
+                # Canonical's nvidia-firmware-<B>-<V>; NVIDIA's 580 builds: nvidia-firmware-<B> (U6)
+                r"nvidia-firmware-\d+(-server)?(-[0-9.]+)?|"
+                r"libnvidia-(compute|common|gl|gpucomp|extra|decode|encode|cfg1|fbc1|nscq)-\d+"
+                r"(-server)?|"
+                # from 580 the fabric manager, NSCQ and the persistence daemon carry no branch in
+                # the name (U3, U6): one name for every branch's release
+                r"nvidia-fabricmanager(-dev)?|libnvidia-nscq|nvidia-persistenced|"
+                # unversioned names at the driver's version that cuda-drivers-<B> pulls (U2): the
+                # pin keeps them, a branch change must move them (down as well as up)
+                r"nvidia-modprobe|nvidia-settings|libxnvctrl0|"
                 r"xserver-xorg-video-nvidia-\d+(-server)?|"
                 r"linux-(modules|objects|signatures)-nvidia-.*)$"
             )
@@ -243,7 +254,9 @@ class Platform(object):
 
     def persistenced_is_virtual(self) -> bool:
         """On Ubuntu nvidia-persistenced is a name nvidia-compute-utils-<B> provides and conflicts
-        with (and a real 580 package in NVIDIA's repo): never install it there (U1)."""
+        with up to 570 (U1), and from 580 a real unversioned package that NVIDIA's
+        nvidia-compute-utils-<B> brings along (U6): never named by the roles there (the driver
+        transaction brings it, the pin keeps it at the driver's version)."""
         return self.family == "ubuntu"
 
     def apt_pin(self, branch: str, version: str, only: list[str] | None = None) -> str:
@@ -261,11 +274,13 @@ class Platform(object):
                 % (version, " ".join(only), pin)
             )
         if self.family == "ubuntu":
-            # from 580 the fabric manager and NSCQ are unversioned names (U3): pinned with the rest,
-            # or apt installs the newest branch's (590) beside a 580 driver
+            # from 580 the fabric manager, NSCQ and the persistence daemon (which
+            # nvidia-compute-utils-<B> depends on in NVIDIA's builds) are unversioned names (U3,
+            # U6): pinned with the rest, or apt installs the newest branch's (590) beside a 580
+            # driver
             unversioned = ""
             if int(branch) >= 580:
-                unversioned = "|nvidia-fabricmanager(-dev)?|libnvidia-nscq"
+                unversioned = "|nvidia-fabricmanager(-dev)?|libnvidia-nscq|nvidia-persistenced"
             names = (
                 r"/^(cuda-drivers(-fabricmanager)?-%(b)s|nvidia-.*-%(b)s(-open)?|libnvidia-.*-%(b)s|"
                 r"xserver-xorg-video-nvidia-%(b)s|nvidia-firmware-%(b)s-.*|nvidia-modprobe|"

@@ -1,9 +1,14 @@
 """The converge scenario, as explicit steps over one simulated 8x H100 host of a personality:
 
-fresh read-only check -> converge with an older driver version pinned -> second run changes nothing
--> read-only check clean -> drifts found by a read-only check -> site.yml repairs them -> branch
-change 535 -> 550 (holds move, one reboot) -> back to the 535 pin with `provision --no-reboot` (no
-reboot, the rest converges, stops before validation, exit 1) -> the next run reboots once.
+fresh read-only check -> converge with an older driver version of the personality's branch pinned
+-> second run changes nothing -> read-only check clean -> drifts found by a read-only check ->
+site.yml repairs them -> branch change to another modelled branch (holds move, one reboot) -> back
+to the pin with `provision --no-reboot` (no reboot, the rest converges, stops before validation,
+exit 1) -> the next run reboots once.
+
+The branch is the personality's (`driver.branch`): 580 on ubuntu2204 and el9, where NVIDIA's
+unversioned names (nvidia-fabricmanager, libnvidia-nscq, nvidia-persistenced) exist at a newer
+branch's version too (590.48.01 in the ubuntu2204 model) and must stay at the driver's.
 
 `Scenario` holds the fleet and what the steps learn (no module-level state); each test module calls
 the steps in order for its personality (test_converge_ubuntu2204.py, test_converge_debian11.py,
@@ -40,9 +45,9 @@ GUIDE = (
 @dataclass(frozen=True)
 class Personality:
     name: str
-    old: str  # the pinned, older driver version of branch 535
-    new: str  # a newer 535 in the same repository
-    other_version: str  # the newest of branch 550
+    old: str  # the pinned, older driver version of the branch
+    new: str  # a newer one of the branch in the same repository
+    other_version: str  # the newest of other_branch
     torch: bool  # a torch venv exists (no cp39 CPU wheel for Debian 11 here)
     drift_script: str  # shell run as root on the host, after a clean check
     expected_drift: dict[str, tuple[str, str]]  # check id -> (status, text in actual)
@@ -50,7 +55,8 @@ class Personality:
     never_installed: tuple[str, ...]  # package names the roles must never install here
     driver_package: str  # whose version is the driver's
     package_manager: str = "apt"  # apt (dpkg, apt-mark holds) or dnf (rpm, dnf versionlock)
-    fabricmanager_package: str = "nvidia-fabricmanager-{B}"  # {B}: the branch
+    branch: str = "535"  # the stack's driver.branch for the scenario
+    other_branch: str = "550"  # the branch change's target
 
 
 @dataclass
@@ -70,7 +76,8 @@ class Scenario:
 
     def ev(self, **over: Any) -> dict[str, Any]:
         return stack_vars(self.fleet.stack_path,
-                          **{"gpu_stack_driver_version": self.personality.old, **over})
+                          **{"gpu_stack_driver_branch": self.personality.branch,
+                             "gpu_stack_driver_version": self.personality.old, **over})
 
     def sh(self, script: str, timeout: float = 600) -> str:
         res = self.fleet.run(self.host, script, timeout=timeout)
@@ -115,7 +122,20 @@ class Scenario:
         return self.sh("apt-mark showhold").split()
 
     def fabricmanager(self, branch: str) -> str:
-        return self.personality.fabricmanager_package.format(B=branch)
+        """The fabric manager's package name: unversioned from 580 (NVIDIA/gpu-driver-container
+        #451), nvidia-fabricmanager-<B> (apt) / nvidia-fabric-manager (dnf) below."""
+        if int(branch) >= 580:
+            return "nvidia-fabricmanager"
+        if self.personality.package_manager == "dnf":
+            return "nvidia-fabric-manager"
+        return f"nvidia-fabricmanager-{branch}"
+
+    def foreign_driver_versions(self, version: str) -> dict[str, str]:
+        """Installed packages at a driver version (NNN.x) other than `version`: another branch's
+        unversioned fabric manager, NSCQ or daemon (590 beside 580) shows here."""
+        return {n: v for n, v in self.versions().items()
+                if re.match(r"^(lib)?nvidia-|^cuda-drivers|^kmod-nvidia|^libxnvctrl", n)
+                and re.match(r"^\d{3}\.", v) and not v.startswith(version + "-")}
 
     # ------------------------------------------------------------------ steps
     def fresh_check_is_read_only(self) -> None:
@@ -159,9 +179,12 @@ class Scenario:
         # persistence mode really on, on every GPU
         modes = self.sh("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
         assert set(modes.split()) == {"Enabled"}, modes
-        # the fabric manager at exactly the driver version on the NVSwitch box
-        fm = versions.get(self.fabricmanager("535"), "")
+        # the fabric manager at exactly the driver version on the NVSwitch box, and nothing of
+        # another driver version (the newer branch's unversioned packages)
+        fm = versions.get(self.fabricmanager(p.branch), "")
         assert fm.startswith(p.old + "-"), fm
+        foreign = self.foreign_driver_versions(p.old)
+        assert foreign == {}, foreign
         installed = set(versions)
         assert not installed & set(p.never_installed), installed & set(p.never_installed)
         held = self.held()
@@ -222,7 +245,8 @@ class Scenario:
     def branch_change_moves_holds_and_reboots_once(self) -> None:
         p = self.personality
         boot = self.fleet.boot_id(self.host)
-        up = self.site("upgrade", gpu_stack_driver_branch="550", gpu_stack_driver_version="")
+        up = self.site("upgrade", gpu_stack_driver_branch=p.other_branch,
+                       gpu_stack_driver_version="")
         assert up.rc == 0, up.output[-6000:]
         assert up.output.count(REBOOT_HANDLER) == 1, up.output[-6000:]
         assert self.fleet.boot_id(self.host) != boot
@@ -232,11 +256,11 @@ class Scenario:
             assert checks[cid]["status"] == "pass", checks[cid]
         assert self.smi_driver() == p.other_version
         versions = self.versions()
-        fm = versions.get(self.fabricmanager("550"), "")
+        fm = versions.get(self.fabricmanager(p.other_branch), "")
         assert fm.startswith(p.other_version + "-"), fm
-        old = sorted(n for n, v in versions.items() if v.startswith("535."))
-        assert old == [], old
-        again = self.site("upgrade-again", gpu_stack_driver_branch="550",
+        foreign = self.foreign_driver_versions(p.other_version)
+        assert foreign == {}, foreign
+        again = self.site("upgrade-again", gpu_stack_driver_branch=p.other_branch,
                           gpu_stack_driver_version="")
         assert again.rc == 0, again.output[-4000:]
         assert again.changed(self.host) == 0, [
@@ -244,12 +268,13 @@ class Scenario:
         assert REBOOT_HANDLER not in again.output
 
     def no_reboot_defers_and_the_next_run_reboots_once(self) -> None:
-        """Back from 550 to the 535 pin with --no-reboot: packages change, the host keeps the 550
-        module, the rest converges, validation does not run; exit 1 with driver.reboot "reboot
-        required". The next run reboots once."""
+        """Back from the other branch to the pin with --no-reboot: packages change, the host
+        keeps the other branch's module, the rest converges, validation does not run; exit 1 with
+        driver.reboot "reboot required". The next run reboots once."""
         p = self.personality
         boot = self.fleet.boot_id(self.host)
-        extra = ["-e", f"gpu_stack_driver_version={p.old}",
+        extra = ["-e", f"gpu_stack_driver_branch={p.branch}",
+                 "-e", f"gpu_stack_driver_version={p.old}",
                  "-e", "gpu_stack_preflight_min_free_gib=1"]
         if not p.torch:
             extra += ["--skip-tags", "pytorch,validation"]
@@ -285,6 +310,8 @@ class Scenario:
                     "driver.fabricmanager", "driver.persistence"):
             assert after[cid]["status"] == "pass", after[cid]
         assert self.smi_driver() == p.old
+        foreign = self.foreign_driver_versions(p.old)
+        assert foreign == {}, foreign
 
 
 def run_all(scenario: Scenario) -> None:

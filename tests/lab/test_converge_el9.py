@@ -1,6 +1,7 @@
-"""The converge scenario (tests/lab/converge.py) on the el9 personality: Debian's dnf/rpm presented
-as Rocky Linux 9.3, NVIDIA's rhel9 repository model (the nvidia-driver module with its <B>-dkms
-streams, epoch-3 driver rpms, nvidia-fabric-manager, libnccl/libcudnn8 rpms), dkms from the lab's
+"""The converge scenario (tests/lab/converge.py) on the el9 personality, on branch 580: Debian's
+dnf/rpm presented as Rocky Linux 9.3, NVIDIA's rhel9 repository model (the nvidia-driver module with
+its <B>-dkms streams, epoch-3 driver rpms, the unversioned nvidia-fabricmanager / libnvidia-nscq
+from 580 and nvidia-fabric-manager below, libnccl/libcudnn8 rpms), dkms from the lab's
 EPEL (nvidia_repo_el_epel_*_url in the fleet's inventory), CRB enabled by the role
 (`dnf config-manager --set-enabled crb`, the lab serves an empty CRB), versionlock for the holds.
 
@@ -9,7 +10,8 @@ carries every version of the branch's userspace but only the newest kmod-nvidia-
 (NVIDIA/cuda-repo-management:genmodules.py), so on EL the pinned version is the branch's newest
 one, and an older pin is refused by dnf before anything changes (the first step below).
 The "driver changed under the loaded module" drift is an admin's `dnf module switch-to` to the 550
-stream (the version lock lifted), the way NVIDIA documents switching streams."""
+stream (the version lock lifted), the way NVIDIA documents switching streams; the branch change goes
+from 580 down to 550 (the fabric manager's name changes with it)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from test_roles_helpers import run_playbook
 
 from lab.repo import rpm_tools_missing
 
-OLD = "535.154.05"  # the newest 535: the only one whose kmod the 535-dkms stream carries
-OLDER = "535.129.03"  # in the repository, but its kmod is not in the stream
+OLD = "580.95.05"  # the newest 580: the only one whose kmod the 580-dkms stream carries
+OLDER = "580.82.07"  # in the repository, but its kmod is not in the stream
 DRIFT = f"""
 set -e
 # a versionlock removed by hand
@@ -34,10 +36,11 @@ cat > /etc/profile.d/zz-cuda-guide.sh <<'GUIDE_END'
 {GUIDE}GUIDE_END
 # /usr/local/cuda taken away
 update-alternatives --remove cuda /usr/local/cuda-12.1
-# the driver switched to the 550 stream under the loaded 535 module (the version locks lifted)
+# the driver switched to the 550 stream under the loaded 580 module (the version locks lifted)
 dnf versionlock delete $(sed -n 's/^\\([a-z].*\\)-[0-9]*:.*/\\1/p' \\
   /etc/dnf/plugins/versionlock.list | grep -v -e '^libcudnn' -e '^libnccl')
-dnf -y module switch-to nvidia-driver:550-dkms
+# (down from 580: cuda-drivers-580 needs nvidia-driver >= 580, so dnf must erase it)
+dnf -y module switch-to --allowerasing nvidia-driver:550-dkms
 """
 
 EL9 = Personality(
@@ -58,18 +61,19 @@ EL9 = Personality(
         "driver.module_loaded": ("fail", "mismatch"),
     },
     held_after_converge=("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms",
-                         "nvidia-persistenced", "nvidia-fabric-manager", "libcudnn8",
+                         "nvidia-persistenced", "nvidia-fabricmanager", "libcudnn8",
                          "libcudnn8-devel", "libnccl", "libnccl-devel"),
     # the open flavour's kmod and the floating toolkit metas
     never_installed=("kmod-nvidia-open-dkms", "cuda", "cuda-12-1"),
     driver_package="nvidia-driver",
     package_manager="dnf",
-    fabricmanager_package="nvidia-fabric-manager",
+    branch="580",
+    other_branch="550",
 )
 
 
 def older_pin_is_refused_before_anything_changes(s: Scenario) -> None:
-    """An older 535 pinned: its kmod is not in the 535-dkms stream, so dnf refuses the driver
+    """An older 580 pinned: its kmod is not in the 580-dkms stream, so dnf refuses the driver
     transaction as a whole (no driver package installed) and the run fails in the driver role."""
     res = run_playbook(s.fleet, "site.yml", s.ev(gpu_stack_driver_version=OLDER),
                        tmp=s.work / "older-pin", skip_tags=s.skip_tags)

@@ -1,7 +1,9 @@
-"""The converge scenario (tests/lab/converge.py) on the Ubuntu 22.04 personality: NVIDIA's
-ubuntu2204 repository model (Canonical's exact-version dependencies, nvidia-compute-utils-535
-providing persistenced with its static --no-persistence-mode unit, the real 580 nvidia-persistenced
-beside it)."""
+"""The converge scenario (tests/lab/converge.py) on the Ubuntu 22.04 personality, on branch 580:
+NVIDIA's ubuntu2204 repository model (NVIDIA's own 580 builds with Canonical's exact-version
+dependencies; nvidia-compute-utils-580 depends on the unversioned nvidia-persistenced; the
+unversioned nvidia-fabricmanager / libnvidia-nscq / nvidia-persistenced exist at 590.48.01 too,
+so an unpinned name installs 590's beside the 580 driver: NVIDIA/gpu-driver-container#735).
+The branch change goes down to 550 (branch-named fabric manager, Canonical-style daemon)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 from converge import GUIDE, Personality, Scenario, run_all
 
-OLD, NEW = "535.129.03", "535.154.05"
+OLD, NEW = "580.65.06", "580.95.05"
 FAKE_TORCH = """
 import zipfile
 files = {
@@ -47,8 +49,8 @@ apt-get install -y -q cuda-toolkit-12-4
 update-alternatives --set cuda /usr/local/cuda-12.4
 # the driver userspace upgraded under the loaded module (the pin edited, the holds lifted)
 sed -i 's/^Pin: version .*/Pin: version {NEW}-*/' /etc/apt/preferences.d/provision-nvidia-driver
-apt-mark unhold $(apt-mark showhold | grep -e nvidia -e cuda-drivers)
-apt-get install -y -q cuda-drivers-535 nvidia-driver-535
+apt-mark unhold $(apt-mark showhold | grep -e nvidia -e cuda-drivers -e libxnvctrl0)
+apt-get install -y -q cuda-drivers-580 nvidia-driver-580
 # a different torch in the venv (a minimal wheel that says 2.0.0)
 /opt/pytorch/bin/python - <<'TORCH_END'
 {FAKE_TORCH}
@@ -76,13 +78,17 @@ UBUNTU = Personality(
         "driver.pin": ("drift", "edited"),
         "driver.module_loaded": ("fail", "mismatch"),
     },
-    held_after_converge=("cuda-drivers-535", "nvidia-driver-535", "nvidia-compute-utils-535",
-                         "libnvidia-compute-535", "nvidia-fabricmanager-535", "libnvidia-nscq-535",
-                         "libcudnn8", "libcudnn8-dev", "libnccl2", "libnccl-dev"),
-    # nvidia-persistenced: a virtual name here (nvidia-compute-utils-535) and a real 580 package
-    # whose install removes the 535 driver; cuda/cuda-12-1/cuda-drivers float to newer releases
-    never_installed=("nvidia-persistenced", "cuda", "cuda-12-1", "cuda-drivers"),
-    driver_package="nvidia-driver-535",
+    held_after_converge=("cuda-drivers-580", "nvidia-driver-580", "nvidia-compute-utils-580",
+                         "libnvidia-compute-580", "nvidia-firmware-580", "libnvidia-gpucomp-580",
+                         "nvidia-persistenced", "nvidia-modprobe", "nvidia-fabricmanager",
+                         "libnvidia-nscq", "libcudnn8", "libcudnn8-dev", "libnccl2",
+                         "libnccl-dev"),
+    # cuda/cuda-12-1/cuda-drivers float to newer releases; the unversioned names' 590 builds are
+    # caught by the scenario's check that nothing is at another driver version
+    never_installed=("cuda", "cuda-12-1", "cuda-drivers"),
+    driver_package="nvidia-driver-580",
+    branch="580",
+    other_branch="550",
 )
 
 

@@ -42,9 +42,34 @@ def test_ubuntu2204_shapes():
     assert "nvidia-persistenced" in utils.relations["conflicts"]
     unit = m.units["ubuntu-nvidia-persistenced"]["text"]
     assert "--no-persistence-mode" in unit and "[Install]" not in unit
-    assert m.package("nvidia-persistenced").version.startswith("580.")
+    assert m.package("nvidia-persistenced", "580.65.06-0ubuntu1")
     meta = m.package("cuda-drivers-535", "535.129.03-1")
     assert "nvidia-driver-535 (>= 535.129.03)" in meta.relations["depends"]
+
+
+def test_ubuntu2204_580_is_nvidias_build_with_unversioned_names_and_a_newer_branch_beside_it():
+    """NVIDIA's 580 builds: exact-version components, the daemon in its own unversioned package
+    (nvidia-compute-utils-580 no longer provides it), an unversioned firmware name, and the
+    unversioned fabric manager / NSCQ / daemon at every 580 release AND at 590.48.01 (the
+    candidate a 580 host gets unless it pins them: NVIDIA/gpu-driver-container#735)."""
+    m = model.load("ubuntu2204-x86_64")
+    old, new = "580.65.06-0ubuntu1", "580.95.05-0ubuntu1"
+    drv = m.package("nvidia-driver-580", old)
+    assert len([d for d in drv.relations["depends"] if f"(= {old})" in d]) >= 11
+    utils = m.package("nvidia-compute-utils-580", old)
+    assert "nvidia-persistenced" not in utils.relations.get("provides", [])
+    assert "nvidia-persistenced (>= 580.65.06)" in utils.relations["depends"]
+    assert m.package("nvidia-firmware-580", new) and m.package("libnvidia-gpucomp-580", new)
+    for name, versions in (
+        ("nvidia-fabricmanager", ("580.65.06-1", "580.95.05-1", "590.48.01-1")),
+        ("libnvidia-nscq", ("580.65.06-1", "580.95.05-1", "590.48.01-1")),
+        ("nvidia-persistenced", (old, new, "590.48.01-1ubuntu1")),
+    ):
+        assert sorted(p.version for p in m.packages if p.name == name) == sorted(versions), name
+    fm = m.package("nvidia-fabricmanager", "580.65.06-1")
+    assert "nvidia-fabricmanager-580" in fm.relations["provides"]
+    meta = m.package("cuda-drivers-580", new)
+    assert meta.relations["depends"][0] == "nvidia-driver-580 (>= 580.95.05)"
 
 
 def test_debian_models_use_debian_names_and_debian12_has_no_cuda_12_1():

@@ -155,11 +155,12 @@ def test_ubuntu_persistenced_is_a_virtual_name_a_static_unit_and_runs_without_pe
     assert wait_active(fleet, "gpu01", "nvidia-persistenced") == "active"
     out = smi(fleet, "gpu01", "--query-gpu=persistence_mode --format=csv,noheader")[1]
     assert set(out.split()) == {"Disabled"}
-    # `apt install nvidia-persistenced` would remove the driver for NVIDIA's 580 package
+    # `apt install nvidia-persistenced` would remove the driver for NVIDIA's unversioned package
+    # (its newest build: 590.48.01 beside the 580 ones)
     out = ok(fleet, "gpu01", f"{APT} install -s nvidia-persistenced")
     for gone in ("cuda-drivers-535", "nvidia-driver-535", "nvidia-compute-utils-535"):
         assert re.search(rf"^Remv {gone} ", out, re.M), out
-    assert re.search(r"^Inst nvidia-persistenced \(580\.65\.06-0ubuntu1 ", out, re.M)
+    assert re.search(r"^Inst nvidia-persistenced \(590\.48\.01-1ubuntu1 ", out, re.M), out
     # what NVIDIA's own role does: a drop-in without --no-persistence-mode
     ok(
         fleet,
@@ -266,7 +267,9 @@ def test_toolkits_libraries_and_traps(lab, fleet_factory):
     assert "release 12.4, V12.4.131" in ok(fleet, "gpu01", "/usr/local/cuda/bin/nvcc --version")
     # cuda-12-1 pulls the runtime, which pulls the newest branch through the unversioned meta
     plan = ok(fleet, "gpu01", f"{APT} install -s cuda-12-1")
-    assert "Inst cuda-drivers-550 " in plan and "Inst nvidia-driver-550 " in plan
+    assert "Inst cuda-drivers-580 " in plan and "Inst nvidia-driver-580 " in plan
+    # ... and with it the newest release of the unversioned names (590's daemon beside 580)
+    assert re.search(r"^Inst nvidia-persistenced \(590\.48\.01-1ubuntu1 ", plan, re.M), plan
     # unpinned candidates are builds for another CUDA
     assert "Candidate: 8.9.7.29-1+cuda12.2" in ok(fleet, "gpu01", "apt-cache policy libcudnn8")
     assert "Candidate: 2.21.5-1+cuda12.4" in ok(fleet, "gpu01", "apt-cache policy libnccl2")

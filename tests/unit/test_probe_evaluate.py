@@ -164,6 +164,37 @@ def test_from_580_the_unversioned_fabric_manager_is_pinned_and_held() -> None:
     assert "nvidia-fabricmanager(-dev)?|" not in old and "libnvidia-nscq)" not in old
 
 
+def test_from_580_nvidias_own_names_are_pinned_held_and_moved_with_the_branch() -> None:
+    """NVIDIA's 580 builds: nvidia-compute-utils-580 brings the unversioned nvidia-persistenced
+    (pinned, or apt takes 590's), and nvidia-firmware-580 / libnvidia-gpucomp-580 are driver
+    packages (held with it); a 590 daemon that got in is another branch's package."""
+    v580 = "580.95.05"
+    pkgs = {
+        "cuda-drivers-580": f"{v580}-0ubuntu1",
+        "nvidia-driver-580": f"{v580}-0ubuntu1",
+        "nvidia-compute-utils-580": f"{v580}-0ubuntu1",
+        "nvidia-firmware-580": f"{v580}-0ubuntu1",
+        "libnvidia-gpucomp-580": f"{v580}-0ubuntu1",
+        "nvidia-persistenced": f"{v580}-0ubuntu1",
+        "nvidia-fabricmanager": f"{v580}-1",
+        "libnvidia-nscq": f"{v580}-1",
+    }
+    st = stack(**{"driver.branch": "580", "driver.version": v580})
+    plan = judge(FakeHost().gpus(v580).dpkg(pkgs), ["driver"], st)["plan"]["driver"]
+    regex = re.search(r"^Package: /(.*)/$", plan["pin_content"], re.M).group(1)
+    assert re.match(regex, "nvidia-persistenced")
+    assert "Pin: version 580.95.05-*" in plan["pin_content"]
+    for name in ("nvidia-persistenced", "nvidia-firmware-580", "libnvidia-gpucomp-580"):
+        assert name in plan["hold"], (name, plan["hold"])
+    assert not plan["remove"], plan["remove"]
+    stray = dict(pkgs, **{"nvidia-persistenced": "590.48.01-1ubuntu1"})
+    plan = judge(FakeHost().gpus(v580).dpkg(stray), ["driver"], st)["plan"]["driver"]
+    assert "nvidia-persistenced" in plan["remove"] and "nvidia-persistenced" not in plan["hold"]
+    # 535: the name stays unpinned (nvidia-compute-utils-535 provides it)
+    old = judge(FakeHost().gpus(), ["driver"])["plan"]["driver"]["pin_content"]
+    assert "nvidia-persistenced" not in old
+
+
 def test_version_change_unholds_and_flags_drift() -> None:
     h = ubuntu_with_driver()
     r = judge(h, ["driver"], stack(**{"driver.version": V_NEW}), check_mode=True)
@@ -445,6 +476,30 @@ def test_el_branch_change_takes_the_fabric_manager_along() -> None:
     # the same branch: the fabric manager stays
     same = judge(h, ["driver"], stack(**{"driver.branch": "535"}))["plan"]["driver"]
     assert same["remove"] == []
+
+
+def test_el_branch_change_from_580_removes_the_fabric_manager_only_before_the_install() -> None:
+    """From 580 EL's fabric manager is nvidia-fabricmanager; going down to 550 it is removed with
+    the 580 packages BEFORE the install, and not again after it: nvidia-fabric-manager (550)
+    provides nvidia-fabricmanager, so `dnf remove nvidia-fabricmanager` after the install removed
+    the fabric manager just installed (the lab's el9 converge scenario on 580 found it)."""
+    h = FakeHost(pf.ROCKY_9).gpus("580.95.05")
+    rpm = [
+        "nvidia-driver|3:580.95.05-1.el9|x86_64",
+        "nvidia-driver-cuda|3:580.95.05-1.el9|x86_64",
+        "kmod-nvidia-latest-dkms|3:580.95.05-1.el9|x86_64",
+        "nvidia-persistenced|3:580.95.05-1.el9|x86_64",
+        "cuda-drivers-580|0:580.95.05-1|x86_64",
+        "nvidia-fabricmanager|0:580.95.05-1|x86_64",
+    ]
+    h.commands["rpm -qa"] = (0, "\n".join(rpm) + "\n", "")
+    plan = judge(h, ["driver"], stack(**{"driver.branch": "550"}))["plan"]["driver"]
+    assert {"nvidia-fabricmanager", "cuda-drivers-580"} <= set(plan["remove"]), plan["remove"]
+    assert plan["fabricmanager_remove"] == [], plan["fabricmanager_remove"]
+    assert plan["transactions"][-1][-1] == "nvidia-fabric-manager"
+    up = judge(h, ["driver"], stack(**{"driver.branch": "580", "driver.version": "580.95.05"}))
+    plan = up["plan"]["driver"]
+    assert plan["remove"] == [] and plan["transactions"][-1][-1] == "nvidia-fabricmanager-580.95.05"
 
 
 # ------------------------------------------------------------------- 10. EL holds and suffixes

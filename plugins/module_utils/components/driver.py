@@ -626,12 +626,16 @@ class Driver(Facts):
                 if plat.package_branch(n, inst[n]["version"]) not in (None, b) and n not in remove
             ]
         fm_remove = [] if want_fm else fm_installed
+        # another name's fabric manager goes after the install, unless it already went with the
+        # other branch's packages before it: on EL a removal by name after the install would match
+        # the new fabric manager's Provides (nvidia-fabric-manager provides nvidia-fabricmanager)
         fm_remove += [
             n
             for n in fm_installed
             if want_fm
             and n not in fm_names
             and n not in fm_remove
+            and n not in remove
             and not n.startswith("cuda-drivers-fabricmanager")
         ]
         unhold = sorted(
