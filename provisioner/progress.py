@@ -99,7 +99,12 @@ class Progress:
 def ssh_preflight_lines(results: list[SshProbeResult]) -> list[str]:
     lines = []
     for r in results:
-        if r.status == "ok":
+        if r.status == "ok" and r.scope == "connection":
+            lines.append(
+                f"preflight {r.host}: ok ({r.os_name or r.os_id}, {r.arch}, kernel {r.kernel}; "
+                f"GPUs, driver and Python read by the check) in {r.seconds:.1f}s"
+            )
+        elif r.status == "ok":
             others = len(r.gpus) - r.gpu_count
             gpus = f"{r.gpu_count} GPU(s)" + (f" + {others} other NVIDIA" if others else "")
             gpus = gpus if r.lspci_available else "lspci n/a"

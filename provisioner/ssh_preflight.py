@@ -30,21 +30,28 @@ from provisioner.settings import Settings
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 _SECTIONS = ("os", "uname", "python", "sudo", "lspci", "driver")
-_PROBE_SCRIPT = r"""
+# What only an SSH login can tell, and cheap: the OS release, the kernel, sudo.
+_CONNECTION_SCRIPT = r"""
 echo '==os'; cat /etc/os-release 2>/dev/null
 echo '==uname'; uname -r; uname -m
-echo '==python'
-python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null
 echo '==sudo'
 if [ "$(id -u)" = 0 ]; then echo root
 elif sudo -n true >/dev/null 2>&1; then echo ok
 else echo no; fi
+"""
+# The host's inventory: Python, the NVIDIA PCI devices, the loaded driver. `provision check` leaves
+# these to the probe its playbook runs anyway (host_assess reads all three), so a nightly check runs
+# lspci and nvidia-smi once per host, not twice.
+_INVENTORY_SCRIPT = r"""
+echo '==python'
+python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null
 echo '==lspci'
 if command -v lspci >/dev/null 2>&1; then lspci -nn -d 10de: 2>/dev/null; echo "rc=$?"
 else echo 'rc=127'; fi
 echo '==driver'
 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null; echo "rc=$?"
 """
+_PROBE_SCRIPT = _CONNECTION_SCRIPT + _INVENTORY_SCRIPT
 
 
 @dataclass
@@ -68,6 +75,8 @@ class SshProbeResult:
     gpus: list[str] = field(default_factory=list)
     lspci_available: bool | None = None
     driver_version: str | None = None
+    # full: the inventory too (python, GPUs, driver); connection: login, OS and sudo only
+    scope: str = "full"
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     cloud_init: str | None = None  # --wait: done | degraded | disabled | absent | error | running
@@ -115,8 +124,9 @@ def _rc(lines: list[str]) -> tuple[int, list[str]]:
     return -1, lines
 
 
-def apply_probe_output(result: SshProbeResult, text: str) -> None:
-    """Fill OS, kernel, python, sudo, GPUs and driver from the probe script's output."""
+def apply_probe_output(result: SshProbeResult, text: str, *, inventory: bool = True) -> None:
+    """Fill OS, kernel, python, sudo, GPUs and driver from the probe script's output (without
+    `inventory`: OS, kernel and sudo only; the rest stays unknown)."""
     sec = parse_sections(text)
     osr: dict[str, str] = {}
     for line in sec["os"]:
@@ -131,10 +141,13 @@ def apply_probe_output(result: SshProbeResult, text: str) -> None:
         result.kernel = uname[0]
     if len(uname) > 1:
         result.arch = uname[1]
-    py = [x for x in sec["python"] if x]
-    result.python = py[0] if py else None
     sudo = [x for x in sec["sudo"] if x]
     result.sudo = sudo[0] if sudo else None
+    if not inventory:
+        result.scope = "connection"
+        return
+    py = [x for x in sec["python"] if x]
+    result.python = py[0] if py else None
     rc, lines = _rc(sec["lspci"])
     result.lspci_available = rc != 127
     result.gpus = [x for x in lines if x.strip()]
@@ -254,6 +267,8 @@ def probe_options(s: Settings) -> ProbeOptions:
         known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
         accept_new=bool(s.accept_new_host_keys),
         need_sudo=s.become is not False and not s.ask_become_pass,
+        # the read-only check's probe (host_assess) reads python, the GPUs and the driver itself
+        inventory=not (s.command == "check" and s.ansible_check),
     )
 
 
@@ -300,6 +315,7 @@ class ProbeOptions:
     known_hosts: Path = DEFAULT_KNOWN_HOSTS
     accept_new: bool = False
     need_sudo: bool = True
+    inventory: bool = True  # False: the connection script only (provision check)
     connect_timeout: float = 10.0
     command_timeout: float = 20.0
 
@@ -466,7 +482,8 @@ def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: SshProbe
 
     try:
         _, stdout, _ = client.exec_command(
-            "sh -c " + shlex.quote(_PROBE_SCRIPT), timeout=opts.command_timeout
+            "sh -c " + shlex.quote(_PROBE_SCRIPT if opts.inventory else _CONNECTION_SCRIPT),
+            timeout=opts.command_timeout,
         )
         out = bytearray()
         while chunk := stdout.read(65536):
@@ -482,7 +499,7 @@ def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: SshProbe
         where = f"{target.address}:{target.port}"
         _fail(result, "unreachable", "exec", f"running the probe on {where} failed: {exc}")
         return
-    apply_probe_output(result, text)
+    apply_probe_output(result, text, inventory=opts.inventory)
     if opts.need_sudo and result.sudo == "no":
         _fail(
             result,
@@ -491,6 +508,8 @@ def _run_probe(client: Any, target: Target, opts: ProbeOptions, result: SshProbe
             f"`sudo -n true` fails for {target.user or getpass.getuser()} on {target.name}: "
             "give passwordless sudo, or use --ask-become-pass",
         )
+    if not opts.inventory:
+        return
     if result.lspci_available is False:
         result.warnings.append("lspci not installed: NVIDIA devices not listed")
     elif not result.gpus:

@@ -227,6 +227,27 @@ def test_apply_probe_output() -> None:
     assert r2.driver_version is None
 
 
+def test_the_checks_preflight_is_the_connection_part_only() -> None:
+    """`provision check` probes the login, OS and sudo; Python, lspci and nvidia-smi are read by
+    the check's own probe (host_assess), so they do not run twice per host per night."""
+    from provisioner.progress import ssh_preflight_lines  # noqa: PLC0415
+    from provisioner.settings import Settings  # noqa: PLC0415
+
+    assert pf.probe_options(Settings(command="check")).inventory is False
+    for command in ("run", "validate", "preflight"):
+        assert pf.probe_options(Settings(command=command)).inventory is True, command
+    assert "lspci" not in pf._CONNECTION_SCRIPT and "nvidia-smi" not in pf._CONNECTION_SCRIPT
+    assert "python3" not in pf._CONNECTION_SCRIPT and "sudo -n" in pf._CONNECTION_SCRIPT
+    r = pf.SshProbeResult(host="h", address="h", port=22)
+    pf.apply_probe_output(r, CANNED, inventory=False)
+    assert (r.os_id, r.kernel, r.arch, r.sudo) == ("ubuntu", "5.15.0-105-generic", "x86_64", "no")
+    assert (r.python, r.gpus, r.lspci_available, r.driver_version) == (None, [], None, None)
+    assert r.scope == "connection" and r.to_dict()["scope"] == "connection"
+    (line,) = ssh_preflight_lines([r])
+    assert line.startswith("preflight h: ok (Ubuntu 22.04.4 LTS, x86_64, kernel 5.15.0-105")
+    assert "GPUs, driver and Python read by the check" in line and "lspci n/a" not in line
+
+
 @pytest.mark.parametrize(
     ("os_id", "ver", "arch", "expected"),
     [
