@@ -70,25 +70,22 @@ class _Reader:
             for kid in g.children:
                 self._deepen(self.groups[kid], depth + 1)
 
-    def _descendants(self, name: str) -> set[str]:
+    def _walk(self, name: str, edge: str) -> set[str]:
+        """Every group reachable from `name` along `edge` ("children" or "parents")."""
         out: set[str] = set()
         todo = [name]
         while todo:
-            for kid in self.groups[todo.pop()].children:
-                if kid not in out:
-                    out.add(kid)
-                    todo.append(kid)
+            for other in getattr(self.groups[todo.pop()], edge):
+                if other not in out:
+                    out.add(other)
+                    todo.append(other)
         return out
 
+    def _descendants(self, name: str) -> set[str]:
+        return self._walk(name, "children")
+
     def ancestors(self, name: str) -> set[str]:
-        out: set[str] = set()
-        todo = [name]
-        while todo:
-            for parent in self.groups[todo.pop()].parents:
-                if parent not in out:
-                    out.add(parent)
-                    todo.append(parent)
-        return out
+        return self._walk(name, "parents")
 
     def group(self, name: object, data: object) -> str:
         g = self._group(name)
