@@ -166,6 +166,8 @@ class TaskResult:
     message: str = ""
 
 
+EARLY_LINES = 5  # ansible-playbook's output lines kept from before the first host result
+
 _Handler = Callable[["RunState", HostState, dict[str, Any]], TaskResult | None]
 
 
@@ -179,6 +181,9 @@ class RunState:
         self.role: str = ""
         self.task: str = ""
         self.stats_seen = False
+        # ansible-playbook's own output before any host result (an import error, "ERROR! ..."):
+        # the last lines, to say why a run ended before a host ran
+        self.early_output: list[str] = []
 
     def host(self, name: str) -> HostState:
         if name not in self.hosts:
@@ -202,7 +207,14 @@ class RunState:
         elif data.get("host") and kind in self._HANDLERS:
             handler = self._HANDLERS[kind]
             return handler(self, self.host(str(data["host"])), data)
+        elif kind in ("verbose", "error") and not self.hosts:
+            lines = [ln.strip() for ln in str(event.get("stdout") or "").splitlines()]
+            self.early_output = [*self.early_output, *(ln for ln in lines if ln)][-EARLY_LINES:]
         return None
+
+    def early_error(self) -> str:
+        """The last line ansible-playbook printed before any host result ('' when none)."""
+        return self.early_output[-1] if self.early_output else ""
 
     def _on_start(self, h: HostState, data: dict[str, Any]) -> None:
         h.role, h.task = str(data.get("role") or ""), str(data.get("task") or "")

@@ -10,6 +10,7 @@ PATH gets the interpreter's bin dir so ansible-playbook is found without an acti
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -94,13 +95,29 @@ def find_ansible_playbook(path: str | None = None) -> str:
     return found
 
 
+def ansible_pythonpath(pythonpath: str) -> str | None:
+    """The PYTHONPATH entry this Python imports ansible from, if it is one (an install made with
+    `pip install --target DIR` and run with PYTHONPATH=DIR): ansible-playbook, a script of the
+    same install, needs it too. No other entry passes."""
+    spec = importlib.util.find_spec("ansible")
+    if spec is None or spec.origin is None:
+        return None
+    home = str(Path(spec.origin).resolve().parent.parent)
+    entries = {str(Path(p).resolve()) for p in pythonpath.split(":") if p}
+    return home if home in entries else None
+
+
 def filter_env(env: Mapping[str, Any]) -> dict[str, Any]:
     """Keep only what Ansible and ansible-runner need."""
-    return {
+    kept = {
         k: v
         for k, v in env.items()
         if k in _PASS_EXACT or k in _RUNNER_KEYS or k == "PATH" or k.startswith(_PASS_PREFIX)
     }
+    home = ansible_pythonpath(str(env.get("PYTHONPATH") or ""))
+    if home is not None:
+        kept["PYTHONPATH"] = home
+    return kept
 
 
 def build_env(req: RunRequest) -> dict[str, str]:

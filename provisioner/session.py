@@ -360,9 +360,11 @@ def _host_entries(s: Settings, tg: Targets, rstate: RunState, out: Outcome) -> N
         if out.run_status == "canceled":
             out.hosts[t.name] = HostReport(status="interrupted", message=INTERRUPTED_MSG)
         else:
+            why = rstate.early_error()
             out.hosts[t.name] = HostReport(
                 status="failed",
-                message=f"the run ended {out.run_status} (rc {out.rc}) before this host ran",
+                message=f"the run ended {out.run_status} (rc {out.rc}) before this host ran"
+                + (f": ansible-playbook said: {why}" if why else ""),
             )
     order = [t.name for t in tg.targets]
     out.hosts = {

@@ -282,3 +282,17 @@ def test_dpkg_errors_from_apt_stdout_lead_the_message() -> None:
     # the same inside a loop item (the driver's transactions)
     loop = {"msg": "One or more items failed", "results": [dict(res, failed=True)]}
     assert "No space left on device" in _failure_message(loop)
+
+
+def test_output_before_any_host_result_is_kept_for_the_reason() -> None:
+    state = RunState()
+    state.feed({"event": "verbose", "stdout": "ERROR! the playbook: x.yml could not be found\n\n"})
+    assert state.early_error() == "ERROR! the playbook: x.yml could not be found"
+    for n in range(10):
+        state.feed({"event": "verbose", "stdout": f"line {n}"})
+    assert len(state.early_output) == 5 and state.early_error() == "line 9"
+    # once a host reported, later output is not the reason a host never ran
+    state.feed({"event": "runner_on_ok", "event_data": {"host": "h", "task": "t", "res": {}}})
+    state.feed({"event": "verbose", "stdout": "PLAY RECAP"})
+    assert state.early_error() == "line 9"
+    assert RunState().early_error() == ""

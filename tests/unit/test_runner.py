@@ -52,6 +52,18 @@ def test_env_is_filtered_to_what_ansible_needs() -> None:
     }
 
 
+def test_pythonpath_passes_only_the_entry_ansible_is_imported_from(tmp_path: Path) -> None:
+    """An install made with `pip install --target DIR` runs with PYTHONPATH=DIR: ansible-playbook
+    (a script of that install) needs DIR to import ansible; nothing else of PYTHONPATH passes."""
+    import ansible  # noqa: PLC0415
+
+    home = str(Path(ansible.__file__).resolve().parent.parent)
+    kept = runner.filter_env({"PATH": "/bin", "PYTHONPATH": f"/evil:{home}:{tmp_path}"})
+    assert kept["PYTHONPATH"] == home
+    assert "PYTHONPATH" not in runner.filter_env({"PYTHONPATH": f"/evil:{tmp_path}"})
+    assert runner.ansible_pythonpath("") is None
+
+
 def test_build_env_defaults(tmp_path: Path) -> None:
     env = runner.build_env(req(tmp_path))
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"

@@ -285,3 +285,33 @@ def test_runs_that_change_hosts_or_send_a_password_wait_for_the_preflight(
 ) -> None:
     assert session.overlaps(session.Settings(command="check", hosts=("h",))) is True
     assert session.overlaps(session.Settings(hosts=("h",), **overrides)) is False
+
+
+def test_a_run_that_dies_before_any_host_says_why(
+    tmp_path: Path, demo_content: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: ansible-playbook failing before its first task (here: it could not import ansible,
+    seen on a GPU machine with an install made by `pip install --target`) gave every host only
+    "the run ended failed (rc 1) before this host ran"; its last line now says why."""
+    from provisioner import runner  # noqa: PLC0415
+
+    said = ["Traceback (most recent call last):",
+            '  File "/tmp/site/bin/ansible-playbook", line 5, in <module>',
+            "    from ansible.cli.playbook import main",
+            "ModuleNotFoundError: No module named 'ansible'"]
+
+    def run_playbook(req: RunRequest, on_event: Any) -> RunResult:
+        for n, line in enumerate(said, 1):
+            on_event({"event": "verbose", "counter": n, "stdout": line, "event_data": {}})
+        return RunResult(status="failed", rc=1, artifacts=tmp_path, stats={})
+
+    monkeypatch.setattr(runner, "run_playbook", run_playbook)
+    monkeypatch.setattr(runner, "find_ansible_playbook", lambda: "ansible-playbook")
+    st = StateDir(tmp_path / "st")
+    assert session.execute(settings("check", tmp_path), state=st, preflight_fn=probes({})) == 1
+    entry = st.load_raw("latest")["hosts"]["h-ok"]
+    assert entry["status"] == "failed"
+    assert entry["message"] == (
+        "the run ended failed (rc 1) before this host ran: ansible-playbook said: "
+        "ModuleNotFoundError: No module named 'ansible'"
+    )
