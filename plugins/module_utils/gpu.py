@@ -278,6 +278,13 @@ def gather(run: Run) -> dict[str, Any]:
         facts["state"] = "no_device"
 
     facts["nvswitch_present"] = facts["nvswitch_count"] > 0 or facts["fabric_state"] is not None
+    # without lspci, GPUs that nvidia-smi sees with no NVLink between them (topo -m) are on no
+    # NVSwitch fabric either (NVSwitch joins GPUs through NVLink): a single PCIe GPU, say
+    facts["nvlink_ruled_out"] = (
+        facts["state"] == "ok"
+        and bool(facts["gpus"])
+        and facts["topology"]["interconnect"] != "nvlink"
+    )
     facts["gpu_count"] = len(facts["gpus"]) or len(facts["pci_gpus"])
     if facts["gpus"]:
         facts["gpu_model"] = facts["gpus"][0]["name"]

@@ -517,6 +517,7 @@ class Driver(Facts):
             )
         elif (
             not self.gpu.get("lspci_available")
+            and not self.gpu.get("nvlink_ruled_out")
             and str(self.drv().get("fabricmanager") or "auto") == "auto"
         ):
             # minimal images lack lspci: an HGX A100 (no Fabric section in nvidia-smi -q) is then
@@ -771,6 +772,12 @@ class Driver(Facts):
             msg = "the %s flavour's module package is installed: %s (apt chose it)" % (
                 other, " ".join(wrong))
             fix = "remove %s, then %s" % (" ".join(wrong), self.fix)
+        elif not right and loaded == other:
+            # seen on an H200 image whose driver came from outside any package: open module
+            # loaded, no module package, stack proprietary (was: pass)
+            status = self.bad
+            msg = "the loaded module is the %s one and no %s module package is installed" % (
+                other, flavor)
         elif right and loaded == other and ds.get("userspace") == g.get("driver_version"):
             status = self.bad
             msg = "the loaded module is the %s one although the %s flavour is installed" % (

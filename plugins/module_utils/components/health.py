@@ -213,8 +213,12 @@ def _gpu_count(ctx: Context, gpu: dict[str, Any], gpus: list[dict[str, Any]]) ->
         ctx,
         "health.gpu_count",
         findings,
-        "%d GPUs (lspci %d, expected %s)"
-        % (seen, len(pci), expected if expected is not None else "not set"),
+        "%d GPUs (lspci %s, expected %s)"
+        % (
+            seen,
+            len(pci) if gpu.get("lspci_available") else "n/a: not installed",
+            expected if expected is not None else "not set",
+        ),
         "lspci = nvidia-smi" + (" = %d" % expected if expected is not None else ""),
     )
     ctx.report["health_gpu_count"] = seen
@@ -406,8 +410,17 @@ def _nvlink(ctx: Context, gpu: dict[str, Any], health: dict[str, Any]) -> None:
 
 
 def _fabric(ctx: Context, gpu: dict[str, Any], gpus: list[dict[str, Any]]) -> None:
-    if not gpu.get("nvswitch_count"):
-        _skip(ctx, "health.fabric", "no NVSwitch on the PCI bus")
+    if not gpu.get("nvswitch_present"):
+        if gpu.get("lspci_available"):
+            why = "no NVSwitch on the PCI bus"
+        elif gpu.get("nvlink_ruled_out"):
+            why = "no NVLink between the GPUs (nvidia-smi topo -m), so no NVSwitch fabric"
+        else:
+            why = (
+                "NVSwitch presence unknown: lspci is missing (pciutils not installed) and "
+                "nvidia-smi -q shows no fabric"
+            )
+        _skip(ctx, "health.fabric", why)
         return
     findings = []
     fm = ctx.section("units").get("nvidia-fabricmanager") or {}
