@@ -190,7 +190,7 @@ def overlaps(s: Settings) -> bool:
     preflight's (ssh.connect, ssh.auth, ...) in the report. Runs that change hosts, runs that
     send a become password, and runs whose preflight may learn host keys (--accept-new-host-keys:
     ssh must see the keys it appends) wait for the preflight first."""
-    return (s.command == "check" and s.ansible_check and not s.no_preflight and not s.local
+    return (s.read_only_check and not s.no_preflight and not s.local
             and not s.ask_become_pass and not s.accept_new_host_keys)
 
 

@@ -60,6 +60,12 @@ class Settings:
     def ansible_check(self) -> bool:
         return self.command == "check" or bool(self.check_mode)
 
+    @property
+    def read_only_check(self) -> bool:
+        """`provision check`: check.yml, whose one probe (host_assess) changes nothing and reads
+        Python, the GPUs and the driver itself (not `run --check`, which plays site.yml)."""
+        return self.command == "check"
+
 
 NO_TARGETS = "no hosts: give --host HOST (repeatable) or -i INVENTORY (or --local)"
 

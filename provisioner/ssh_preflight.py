@@ -267,8 +267,7 @@ def probe_options(s: Settings) -> ProbeOptions:
         known_hosts=(s.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser(),
         accept_new=bool(s.accept_new_host_keys),
         need_sudo=s.become is not False and not s.ask_become_pass,
-        # the read-only check's probe (host_assess) reads python, the GPUs and the driver itself
-        inventory=not (s.command == "check" and s.ansible_check),
+        inventory=not s.read_only_check,
     )
 
 
