@@ -12,9 +12,10 @@ ordinary words).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,12 @@ _NOT_SECRET = frozenset({"true", "false", "yes", "no", "none", "null"})
 
 
 def is_secret_key(key: object) -> bool:
-    if not isinstance(key, str):
-        return False
+    return isinstance(key, str) and _secret_name(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(key: str) -> bool:
+    """Cached: every key of every event is asked (the same few hundred names, over and over)."""
     if _SECRET_NAME.search(key):
         return True
     return bool(_KEY_NAME.search(key)) and not _PUBLIC_KEY_NAME.search(key)
@@ -103,10 +108,11 @@ class Scrubber:
         if new != raw:
             path.write_text(new, encoding="utf-8", errors="surrogateescape")
 
-    def tree(self, root: Path) -> None:
-        """Scrub every file under `root` (ansible-runner's artifacts of one run)."""
+    def tree(self, root: Path, *, skip: Collection[Path] = ()) -> None:
+        """Scrub every file under `root` (ansible-runner's artifacts of one run) but those in
+        `skip` (written from data this scrubber had scrubbed already: the run's job events)."""
         if not root.is_dir():
             return
         for path in sorted(root.rglob("*")):
-            if path.is_file() and not path.is_symlink():
+            if path not in skip and path.is_file() and not path.is_symlink():
                 self.file(path)

@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,6 +199,84 @@ def keep_extravars(
 STARTED_EVENTS = ("playbook_on_", "runner_on_", "runner_item_", "runner_retry")
 
 
+def keep_event(events_dir: Path, event: dict[str, Any]) -> Path | None:
+    """Write one event to `job_events/<counter>-<uuid>.json` as ansible-runner does (the same
+    name and JSON, 0600, through a temporary file and a rename), in one write: ansible-runner's
+    json.dump into a codecs writer makes a write call per JSON token. None if not written."""
+    counter, uuid = event.get("counter"), event.get("uuid")
+    if counter is None or not uuid:
+        return None
+    path = events_dir / f"{counter}-{uuid}.json"
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        data = json.dumps(event).encode("utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        tmp.replace(path)
+    except (OSError, TypeError, ValueError):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return None
+    return path
+
+
+class _EventSink:
+    """ansible-runner's event handler: each event scrubbed (in place), handed to `on_event`, and
+    kept in job_events/ (written here, `kept`; ansible-runner writes any this could not)."""
+
+    def __init__(
+        self, events_dir: Path, scrub: Scrubber, on_event: EventHandler, secrets_file: list[Path]
+    ) -> None:
+        self.events_dir = events_dir
+        self.scrub = scrub
+        self.on_event = on_event
+        self.secrets_file = secrets_file
+        self.kept: set[Path] = set()
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        if self.secrets_file and str(event.get("event", "")).startswith(STARTED_EVENTS):
+            # ansible-playbook has read -e @file (its inventory parsing too) before the playbook
+            # starts: the unmasked values go now, not at the end (a SIGKILL would leave them)
+            with contextlib.suppress(OSError):
+                self.secrets_file.pop().unlink()
+        self.scrub.data(event)  # in place, before the event is kept
+        self.on_event(event)
+        path = keep_event(self.events_dir, event)
+        if path is None:
+            return True  # ansible-runner writes it (and the scrub after the run reads it)
+        self.kept.add(path)
+        return False  # written already
+
+
+@contextlib.contextmanager
+def _prompt_close() -> Iterator[None]:
+    """ansible-runner reads ansible-playbook's pty while the process lives, then closes it; the
+    close (ptyprocess) sleeps `delayafterclose` (0.1 s) to let the kernel update the status of a
+    child it may have to kill. The child has ended and been reaped by then (`terminated`): that
+    sleep only delays every run's end by 0.1 s. It is skipped for a child that has ended; a live
+    one is closed as before."""
+    try:
+        from ptyprocess import PtyProcess  # noqa: PLC0415 - ansible-runner's pty (pexpect's)
+    except ImportError:  # pragma: no cover - a dependency of pexpect
+        yield
+        return
+    original = PtyProcess.close
+
+    def close(self: Any, force: bool = True) -> None:  # noqa: ANN401
+        if getattr(self, "terminated", False):
+            self.delayafterclose = 0
+        original(self, force)
+
+    PtyProcess.close = close
+    try:
+        yield
+    finally:
+        PtyProcess.close = original
+
+
 def scrubber_for(req: RunRequest) -> Scrubber:
     values = secret_values(dict(req.extravars)) | set(req.secrets)
     if req.become_password:
@@ -242,8 +320,30 @@ def become_subreaper() -> bool:
         return False
 
 
-def descendants(root: int, *, spare: set[int] | frozenset[int] = frozenset()) -> list[int]:
-    """Live processes below `root` (from /proc), nearest first; not below those in `spare`."""
+def _has_children_files() -> bool:
+    """Whether the kernel has /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)."""
+    return Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists()
+
+
+def _children(pid: int) -> list[int]:
+    """A process's children, from /proc/<pid>/task/*/children (every thread's)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):  # gone
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):  # a thread that ended meanwhile
+                found.extend(int(c) for c in (task / "children").read_text("ascii").split())
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True  # gone already
+    return stat[stat.rfind(")") + 2:][:1] == "Z"
+
+
+def _descendants_by_scan(root: int, spare: set[int] | frozenset[int]) -> list[int]:
     parent: dict[int, int] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -262,6 +362,23 @@ def descendants(root: int, *, spare: set[int] | frozenset[int] = frozenset()) ->
                 and p not in spare]
         out.extend(kids)
         frontier = kids
+    return out
+
+
+def descendants(root: int, *, spare: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """Live processes below `root` (from /proc), nearest first; not below those in `spare`.
+    Walks the tree down from `root` through /proc/<pid>/task/*/children: it reads the run's own
+    few processes, not every process of the machine (a whole /proc scan, the fallback where the
+    kernel lacks those files, took 20 ms with 100 processes, before ansible-playbook starts)."""
+    if not _has_children_files():
+        return _descendants_by_scan(root, spare)
+    out: list[int] = []
+    frontier = [root]
+    while frontier:
+        kids = [c for pid in frontier for c in _children(pid)
+                if c not in out and c not in spare and not _zombie(c)]
+        out.extend(dict.fromkeys(kids))
+        frontier = list(dict.fromkeys(kids))
     return out
 
 
@@ -321,16 +438,7 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
     scrub = scrubber_for(req)
 
     secrets_file: list[Path] = []
-
-    def handle(event: dict[str, Any]) -> bool:
-        if secrets_file and str(event.get("event", "")).startswith(STARTED_EVENTS):
-            # ansible-playbook has read -e @file (its inventory parsing too) before the playbook
-            # starts: the unmasked values go now, not at the end (a SIGKILL would leave them)
-            with contextlib.suppress(OSError):
-                secrets_file.pop().unlink()
-        scrub.data(event)  # in place: ansible-runner writes this dict to job_events/ afterwards
-        on_event(event)
-        return True  # keep it in job_events/
+    handle = _EventSink(req.artifact_dir / req.ident / "job_events", scrub, on_event, secrets_file)
 
     passwords: dict[str, str] = {}
     if req.become_password is not None:
@@ -373,7 +481,8 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
             r = ansible_runner.interface.init_runner(**kwargs)
             r.config.env = {**filter_env(r.config.env), **build_env(req)}
             command = tuple(scrub.text(str(c)) for c in (getattr(r.config, "command", None) or ()))
-            r.run()
+            with _prompt_close():
+                r.run()
             canceled = str(r.status) == "canceled"
         finally:
             if canceled:
@@ -382,7 +491,7 @@ def run_playbook(req: RunRequest, on_event: EventHandler) -> RunResult:
                 stop_process_tree(os.getpid(), spare=spare)
             _restore_signal_handlers(saved)
             art = req.artifact_dir / req.ident
-            scrub.tree(art)  # stdout, command: secrets masked
+            scrub.tree(art, skip=handle.kept)  # stdout, command (the kept events are already)
             command = keep_extravars(art, Path(pdd), extravars, scrub, command)
         stats = r.stats or {}
         status, rc = str(r.status), int(r.rc if r.rc is not None else 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -319,3 +320,21 @@ def test_python_range_of_the_torch_wheels() -> None:
     assert pf.python_warnings(r, "2.5.1", "cu121", releases) == []
     r.python = "3.13.0"
     assert pf.python_warnings(r, "2.5.1", "cu121", releases)
+
+
+def test_paramiko_is_imported_without_invoke_which_still_imports_later() -> None:
+    """The preflight imports paramiko with `invoke` hidden (only paramiko's ssh_config `Match
+    exec` uses it, and the preflight reads no ssh_config): asyncio and unittest.mock are not
+    loaded by every `provision check`; `import invoke` afterwards works."""
+    code = (
+        "import sys\n"
+        "from provisioner import ssh_preflight\n"
+        "p = ssh_preflight.import_paramiko()\n"
+        "assert p is sys.modules['paramiko'] and p.config.invoke is None\n"
+        "assert 'invoke' not in sys.modules and 'unittest.mock' not in sys.modules\n"
+        "import invoke\n"
+        "assert sys.modules['invoke'] is invoke\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "ok", out.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -236,3 +237,71 @@ def test_cli_runs_without_an_activated_venv(tmp_path: Path) -> None:
     hist = list((tmp_path / "s" / "history").glob("*.json"))
     assert len(hist) == 1
     assert hist[0].stat().st_mode & 0o077 == 0
+
+
+def test_an_event_is_kept_as_ansible_runner_keeps_it(tmp_path: Path) -> None:
+    """job_events/<counter>-<uuid>.json, 0600, the event's JSON as ansible-runner's json.dump
+    writes it (what history, the bench and a reader of the artifacts read), no temporary file."""
+    event = {"event": "runner_on_ok", "counter": 7, "uuid": "u-1", "event_data": {"x": "é"}}
+    path = runner.keep_event(tmp_path, event)
+    assert path == tmp_path / "7-u-1.json"
+    assert path.read_text(encoding="utf-8") == json.dumps(event)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["7-u-1.json"]
+    # not writable here (no counter, or no directory): None, and ansible-runner writes it
+    assert runner.keep_event(tmp_path, {"event": "verbose", "uuid": "u-2"}) is None
+    assert runner.keep_event(tmp_path / "gone", {**event, "counter": 8}) is None
+
+
+def test_the_scrub_after_the_run_leaves_the_kept_events_and_masks_the_rest(tmp_path: Path) -> None:
+    from provisioner.redact import MASK, Scrubber  # noqa: PLC0415
+
+    kept, other = tmp_path / "job_events" / "1-a.json", tmp_path / "stdout"
+    kept.parent.mkdir()
+    kept.write_text('{"x": "hunter22"}', encoding="utf-8")  # stands for an already scrubbed one
+    other.write_text("pass hunter22", encoding="utf-8")
+    Scrubber({"hunter22"}).tree(tmp_path, skip={kept})
+    assert kept.read_text(encoding="utf-8") == '{"x": "hunter22"}'
+    assert other.read_text(encoding="utf-8") == f"pass {MASK}"
+
+
+def test_closing_the_pty_of_an_ended_child_does_not_wait(tmp_path: Path) -> None:
+    """ptyprocess sleeps delayafterclose (0.1 s) in close() before it checks the child: skipped
+    for a child that has ended (ansible-runner closes the pty after ansible-playbook ended); a
+    live child is closed, and killed, as before; the original close is back afterwards."""
+    from ptyprocess import PtyProcess  # noqa: PLC0415
+
+    original = PtyProcess.close
+    ended = PtyProcess.spawn(["true"])
+    ended.wait()
+    live = PtyProcess.spawn(["sleep", "60"])
+    with runner._prompt_close():
+        assert PtyProcess.close is not original
+        ended.close()
+        live.close(force=True)
+    assert PtyProcess.close is original
+    assert ended.closed and ended.delayafterclose == 0
+    assert live.closed and live.delayafterclose == 0.1 and not live.isalive()
+
+
+def test_the_runs_processes_are_found_below_it_as_by_a_scan_of_proc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """descendants() walks /proc/<pid>/task/*/children down from the root; a scan of every
+    process is the fallback without those files: both find the same tree, nearest first."""
+    others = set(runner.descendants(os.getpid()))  # left by other tests of this process
+    tree = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    try:
+        for _ in range(200):  # both sleeps started
+            found = runner.descendants(tree.pid)
+            if len(found) == 2:
+                break
+            subprocess.run(["true"], check=True)
+        assert len(found) == 2
+        assert runner.descendants(os.getpid(), spare=others) == [tree.pid, *found]
+        assert runner.descendants(os.getpid(), spare={tree.pid, *others}) == []
+        monkeypatch.setattr(runner, "_has_children_files", lambda: False)
+        assert runner.descendants(os.getpid(), spare=others) == [tree.pid, *found]
+    finally:
+        tree.kill()
+        tree.wait()
