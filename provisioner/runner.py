@@ -320,29 +320,6 @@ def become_subreaper() -> bool:
         return False
 
 
-def _has_children_files() -> bool:
-    """Whether the kernel has /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)."""
-    return Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists()
-
-
-def _children(pid: int) -> list[int]:
-    """A process's children, from /proc/<pid>/task/*/children (every thread's)."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):  # gone
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError, ValueError):  # a thread that ended meanwhile
-                found.extend(int(c) for c in (task / "children").read_text("ascii").split())
-    return found
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return True  # gone already
-    return stat[stat.rfind(")") + 2:][:1] == "Z"
-
-
 def _descendants_by_scan(root: int, spare: set[int] | frozenset[int]) -> list[int]:
     parent: dict[int, int] = {}
     for d in Path("/proc").iterdir():
@@ -367,19 +344,10 @@ def _descendants_by_scan(root: int, spare: set[int] | frozenset[int]) -> list[in
 
 def descendants(root: int, *, spare: set[int] | frozenset[int] = frozenset()) -> list[int]:
     """Live processes below `root` (from /proc), nearest first; not below those in `spare`.
-    Walks the tree down from `root` through /proc/<pid>/task/*/children: it reads the run's own
-    few processes, not every process of the machine (a whole /proc scan, the fallback where the
-    kernel lacks those files, took 20 ms with 100 processes, before ansible-playbook starts)."""
-    if not _has_children_files():
-        return _descendants_by_scan(root, spare)
-    out: list[int] = []
-    frontier = [root]
-    while frontier:
-        kids = [c for pid in frontier for c in _children(pid)
-                if c not in out and c not in spare and not _zombie(c)]
-        out.extend(dict.fromkeys(kids))
-        frontier = list(dict.fromkeys(kids))
-    return out
+    A scan of every /proc/<pid>/stat (about 20 ms with 100 processes): the kernel's
+    /proc/<pid>/task/*/children is documented as unreliable for running processes, and this
+    list decides which processes a cancel kills."""
+    return _descendants_by_scan(root, spare)
 
 
 def stop_process_tree(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -282,26 +281,3 @@ def test_closing_the_pty_of_an_ended_child_does_not_wait(tmp_path: Path) -> None
     assert PtyProcess.close is original
     assert ended.closed and ended.delayafterclose == 0
     assert live.closed and live.delayafterclose == 0.1 and not live.isalive()
-
-
-def test_the_runs_processes_are_found_below_it_as_by_a_scan_of_proc(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """descendants() walks /proc/<pid>/task/*/children down from the root; a scan of every
-    process is the fallback without those files: both find the same tree, nearest first."""
-    others = set(runner.descendants(os.getpid()))  # left by other tests of this process
-    tree = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
-    try:
-        for _ in range(200):  # both sleeps started
-            found = runner.descendants(tree.pid)
-            if len(found) == 2:
-                break
-            subprocess.run(["true"], check=True)
-        assert len(found) == 2
-        assert runner.descendants(os.getpid(), spare=others) == [tree.pid, *found]
-        assert runner.descendants(os.getpid(), spare={tree.pid, *others}) == []
-        monkeypatch.setattr(runner, "_has_children_files", lambda: False)
-        assert runner.descendants(os.getpid(), spare=others) == [tree.pid, *found]
-    finally:
-        tree.kill()
-        tree.wait()
