@@ -1,6 +1,8 @@
-"""`provision check --local` on a real H200 (bench/device/h200-product.sh, 2026-12-04) found three
+"""`provision check --local` on a real H200 (bench/device/h200-product.sh, 2026-12-04) found four
 verdicts the machine contradicted; each is replayed here from that machine's own captures:
 
+* driver.module_loaded failed (exit 1) for a working driver that no package installed: what a run
+  replaces is drift;
 * driver.flavor passed although the loaded module was the open one, no module package was
   installed and the stack asked for the proprietary flavour;
 * driver.fabricmanager was drift ("cannot tell whether NVSwitch is present without lspci") on a
@@ -87,3 +89,10 @@ def test_nvlink_without_lspci_stays_unknown() -> None:
     assert by_id["driver.fabricmanager"]["status"] == "drift"
     message = by_id["health.fabric"]["message"]
     assert message.startswith("NVSwitch presence unknown: lspci is missing"), message
+
+
+def test_a_working_driver_no_package_installed_is_drift_not_a_failure() -> None:
+    loaded = checks(h200())["driver.module_loaded"]
+    assert loaded["status"] == "drift", loaded
+    assert loaded["actual"] == VERSION
+    assert loaded["message"].startswith("a driver not installed from packages is loaded")

@@ -267,10 +267,13 @@ class Driver(Facts):
             "driver version (packages and nvidia-smi)",
             self.fix,
         )
+        unpackaged = state == "ok" and not user  # an image's or a runfile's driver (the H200)
         if state == "ok" and smi_v == user and user:
             mstatus = "pass"
         elif not user and state in ("not_installed", "no_device"):
             mstatus = "skip"
+        elif unpackaged:
+            mstatus = self.bad  # working GPUs: what a run replaces, not a broken host
         else:
             mstatus = "fail"
         self.add(
@@ -280,6 +283,9 @@ class Driver(Facts):
             smi_v if state == "ok" else (g.get("message") or state),
             "loaded kernel module does not match the userspace driver (driver/library mismatch)"
             if state == "version_mismatch"
+            else "a driver not installed from packages is loaded: a run installs the stack's "
+            "packaged driver, which loads after a reboot"
+            if unpackaged
             else "loaded module vs userspace",
             "reboot" if state in ("version_mismatch", "driver_not_loaded") else self.fix,
         )
