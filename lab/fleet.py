@@ -35,7 +35,7 @@ def stack_yaml(repo_url: str, wheels_url: str, wheel_hashes: Sequence[str] = ())
     return f"""\
 schema: 1
 name: lab
-driver: {{branch: "535", version: null, flavor: proprietary, fabricmanager: auto}}
+driver: {{branch: "580", version: null, flavor: proprietary, fabricmanager: auto}}
 cuda: {{version: "12.1"}}
 cudnn: {{version: "8.9.2.26"}}
 nccl: {{version: "2.18.3"}}

@@ -41,7 +41,7 @@ from lab.util import LabError, clean_env, remove_tree, unmount_all
 
 MAX_LIGHT_HOSTS = 1000
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
-DRIVER_VERSION = "535.129.03"  # the lab stack's branch 535 (lab/fleet.py stack_yaml)
+DRIVER_VERSION = "580.95.05"  # the lab stack's branch 580, newest build (lab/fleet.py stack_yaml)
 
 # runs as root in the new namespaces: pid 1 of its PID namespace ends up being sshd
 INNER = r"""

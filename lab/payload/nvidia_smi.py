@@ -21,7 +21,7 @@ from typing import Any
 
 USERSPACE_VERSION = "@DRIVER_VERSION@"
 if USERSPACE_VERSION.startswith("@"):  # running from the source tree (tests)
-    USERSPACE_VERSION = os.environ.get("FAKE_NVIDIA_DRIVER_VERSION", "535.129.03")
+    USERSPACE_VERSION = os.environ.get("FAKE_NVIDIA_DRIVER_VERSION", "580.95.05")
 CONFIG = Path(os.environ.get("FAKE_NVIDIA_CONFIG", "/etc/fake-nvidia/gpus.json"))
 LOADED = Path(os.environ.get("FAKE_NVIDIA_LOADED", "/run/fake-nvidia/loaded"))
 STATE = Path(os.environ.get("FAKE_NVIDIA_STATE", "/run/fake-nvidia"))
@@ -142,7 +142,10 @@ def loaded_version(desc: dict[str, Any]) -> str | None:
 
 def cuda_version() -> str:
     branch = int(USERSPACE_VERSION.split(".")[0])
-    return {535: "12.2", 545: "12.3", 550: "12.4", 555: "12.5", 560: "12.6"}.get(branch, "12.2")
+    # 580: "CUDA Version: 13.0" in a real R580 nvidia-smi (the H200 capture in
+    # tests/unit/fixtures/captures/nvidia-smi__r580_1x_h200_device.txt)
+    versions = {535: "12.2", 545: "12.3", 550: "12.4", 555: "12.5", 560: "12.6", 580: "13.0"}
+    return versions.get(branch, "12.2")
 
 
 def persistence_on() -> bool:

@@ -23,9 +23,15 @@ def test_provision_check_shows_the_end_of_support_warning(
     fleet = fleet_factory(1, ["t4-1"])
     host = fleet.hosts[0].name
     end = stk.resolve(None).to_extravars()["gpu_stack_driver_support"]["535"]["end_of_support"]
-    past = datetime.date.today().strftime("%Y-%m") > end  # the lab's stack is on 535
+    past = datetime.date.today().strftime("%Y-%m") > end
+    # the lab's stack on branch 535 (its default is 580, a supported branch)
+    text = fleet.stack_path.read_text(encoding="utf-8")
+    assert 'branch: "580"' in text, text
+    on_535 = tmp_path / "stack-535.yml"
+    on_535.write_text(text.replace('branch: "580"', 'branch: "535"'), encoding="utf-8")
+    args = [str(on_535) if a == str(fleet.stack_path) else a for a in fleet_args(fleet)]
 
-    proc, data = provision_cli(tmp_path, "check", *fleet_args(fleet), report="check")
+    proc, data = provision_cli(tmp_path, "check", *args, report="check")
     assert proc.returncode == 5, (proc.stdout + proc.stderr)[-4000:]  # drift: nothing installed
     record = next(c for c in data["hosts"][host]["checks"] if c["id"] == "driver.branch_support")
     assert record["status"] == "pass", record

@@ -81,7 +81,7 @@ def test_driver_and_fabric_manager_come_from_one_origin(fleet_factory: Any, tmp_
     check = run_playbook(
         fleet,
         "check.yml",
-        stack_vars(fleet.stack_path),
+        stack_vars(fleet.stack_path, gpu_stack_driver_branch="535"),
         check=True,
         tmp=tmp_path / "old-check",
         limit=old,
@@ -94,7 +94,7 @@ def test_driver_and_fabric_manager_come_from_one_origin(fleet_factory: Any, tmp_
     run = run_playbook(
         fleet,
         "site.yml",
-        stack_vars(fleet.stack_path),
+        stack_vars(fleet.stack_path, gpu_stack_driver_branch="535"),
         tmp=tmp_path / "new-run",
         limit=new,
         tags="preflight,nvidia_repo,nvidia_driver",

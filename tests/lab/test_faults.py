@@ -462,7 +462,7 @@ def test_a_package_a_power_cut_left_half_installed_is_reinstalled(node: Any, wor
     reinstalls it at the same version and converges. The state is written as dpkg writes it
     rather than by timing a cut, so the test does not depend on which package dpkg was unpacking
     when the power went."""
-    victim = "nvidia-kernel-source-535"
+    victim = "nvidia-kernel-source-580"
     version = sh(node, f"dpkg-query -W -f='${{Version}}' {victim}").strip()
     assert version, f"{victim} is not installed on the converged host"
     status = host_file(node, "/var/lib/dpkg/status")

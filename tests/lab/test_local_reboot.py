@@ -4,7 +4,7 @@ The host gets the tool as cloud-init user-data would install it: a venv in /opt/
 `pip install --no-index --find-links` from a wheelhouse of this checkout and its dependencies,
 built here (from the dev venv's versions) and served by the lab's HTTP server (loopback only).
 The lab's stack (mirrors pointing at the lab) and its variables are copied in. The host starts as
-an image with an older 535 driver loaded, so the 535 version the run pins needs a reboot (on a fresh
+an image with an older 580 driver loaded, so the 580 version the run pins needs a reboot (on a fresh
 lab host the first driver loads at once, as on a real machine without nouveau).
 
 `provision --local` runs as a transient systemd service (as cloud-init's runcmd runs under
@@ -33,8 +33,8 @@ from lab import Lab
 REPO = Path(__file__).resolve().parents[2]
 REPORTS = "/var/lib/provision/reports"
 UNIT = "provision-resume.service"
-OLD_DRIVER = "535.129.03"  # the image's driver
-NEW_DRIVER = "535.154.05"  # the site's stack pins this one (given with -e: carried over the reboot)
+OLD_DRIVER = "580.65.06"  # the image's driver (the lab stack's branch 580)
+NEW_DRIVER = "580.95.05"  # the site's stack pins this one (given with -e: carried over the reboot)
 
 
 def _pip(*args: str, cwd: Path | None = None) -> None:
@@ -118,7 +118,7 @@ def test_local_mode_through_the_reboot_to_a_passing_validation(
         input_text=fleet.stack_path.read_text(encoding="utf-8"))
     _sh(fleet, h, "cat > /etc/provision/lab-vars.yml",
         input_text=fleet.extra_vars_path.read_text(encoding="utf-8"))
-    # the image came with an older 535 driver, loaded (made here with provision itself, its state
+    # the image came with an older 580 driver, loaded (made here with provision itself, its state
     # kept apart); the site's stack pins a newer one, which needs a reboot to load
     _sh(fleet, h, "PROVISION_STATE_DIR=/var/tmp/image-build /opt/provision/bin/provision --local "
         "--stack /etc/provision/stack.yml -e @/etc/provision/lab-vars.yml "

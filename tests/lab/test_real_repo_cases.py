@@ -33,6 +33,7 @@ from test_roles_helpers import (
 from lab import demo
 
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0"
+BRANCH = "535"  # Canonical's -server builds in the lab's archive slice (the lab stack: 580)
 SERVER_V = "535.129.03"  # Canonical's jammy -server upload in the lab's archive slice
 SERVER_DEB_V = SERVER_V + "-0ubuntu0.22.04.1"
 NVIDIA_NEW = "535.154.05"  # the newest 535 in NVIDIA's ubuntu2204 model
@@ -97,7 +98,9 @@ def test_canonical_server_driver_that_satisfies_the_stack_is_adopted(
     host = fleet.hosts[0].name
     server = preinstall_canonical_server_driver(fleet, host)
     boot = fleet.boot_id(host)
-    ev = stack_vars(fleet.stack_path, gpu_stack_driver_version=SERVER_V)
+    ev = stack_vars(
+        fleet.stack_path, gpu_stack_driver_branch=BRANCH, gpu_stack_driver_version=SERVER_V
+    )
 
     run = run_playbook(
         fleet, "site.yml", ev, tmp=tmp_path / "adopt", skip_tags="pytorch,validation"
@@ -177,7 +180,9 @@ def test_canonical_server_driver_that_does_not_satisfy_the_stack_is_replaced(
     host = fleet.hosts[0].name
     server = preinstall_canonical_server_driver(fleet, host)
     boot = fleet.boot_id(host)
-    ev = stack_vars(fleet.stack_path, gpu_stack_driver_version=NVIDIA_NEW)
+    ev = stack_vars(
+        fleet.stack_path, gpu_stack_driver_branch=BRANCH, gpu_stack_driver_version=NVIDIA_NEW
+    )
 
     run = run_playbook(
         fleet, "site.yml", ev, tmp=tmp_path / "replace", skip_tags="pytorch,validation"

@@ -30,7 +30,7 @@ def test_rtx4090_gets_no_fabric_manager_nogpu_and_secure_boot_stop_in_preflight(
     assert sbc["status"] == "fail", sbc
     assert sbc["actual"] == "Secure Boot enabled, unsigned DKMS modules", sbc
     assert "nothing was changed" in sbc["message"], sbc["message"]
-    assert "linux-modules-nvidia-535-server" in sbc["message"] and "MOK" in sbc["message"]
+    assert "linux-modules-nvidia-580-server" in sbc["message"] and "MOK" in sbc["message"]
     assert "gpu_stack_secure_boot_signed=true" in sbc["message"]
     assert not [c for c in checks if not c.startswith("preflight.")], sorted(checks)
     assert str(h["facts"].get("secure_boot")) == "enabled", h["facts"]
@@ -60,4 +60,4 @@ def test_rtx4090_gets_no_fabric_manager_nogpu_and_secure_boot_stop_in_preflight(
     assert int(h["facts"]["gpu_count"]) == 4
     assert str(h["facts"]["nvswitch_present"]).lower() == "false"
     held = fleet.run(rtx, "apt-mark showhold").stdout.split()
-    assert "cuda-drivers-535" in held and not [p for p in held if "fabricmanager" in p], held
+    assert "cuda-drivers-580" in held and not [p for p in held if "fabricmanager" in p], held

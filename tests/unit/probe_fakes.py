@@ -197,16 +197,23 @@ def role_default(role: str, name: str) -> Any:
     return rolegen.resolve_variables(rolegen.load_schema())[role][name]["default"]
 
 
+# The fakes' GPU captures and package sets are of branch 535 (FakeHost.gpus() is 535.129.03, the
+# recorded package lists are NVIDIA's and Canonical's 535 builds), so stack() asks for 535; a test
+# of another branch says so (stack(**{"driver.branch": "580"})). The default stack's own branch
+# (580) is tested in test_stack.py and on 580 captures (test_h200_device_check.py).
+FAKES_BRANCH = "535"
+
+
 def stack(**over: Any) -> dict[str, Any]:
-    """gpu_stack_desired for the default stack (from the CLI's own mapping), with overrides in
-    dotted form: stack(**{"driver.version": "535.129.03"})."""
+    """gpu_stack_desired for the default stack (from the CLI's own mapping) on the fakes' branch
+    (FAKES_BRANCH), with overrides in dotted form: stack(**{"driver.version": "535.129.03"})."""
     from provisioner import stack as stk  # noqa: PLC0415
 
     v = stk.resolve(None).to_extravars()
     desired: dict[str, Any] = {
         "host": "gpu01",
         "driver": {
-            "branch": v["gpu_stack_driver_branch"],
+            "branch": FAKES_BRANCH,
             "version": v["gpu_stack_driver_version"],
             "flavor": v["gpu_stack_driver_flavor"],
             "fabricmanager": v["gpu_stack_driver_fabricmanager"],

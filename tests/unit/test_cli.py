@@ -192,9 +192,9 @@ def test_bad_stack_exits_2_naming_the_rule(state_dir: Path, tmp_path: Path) -> N
 def test_stack_show_and_validate(tmp_path: Path) -> None:
     r = invoke("stack", "show", "--json")
     assert r.exit_code == 0
-    assert json.loads(r.stdout)["driver"]["branch"] == "535"
+    assert json.loads(r.stdout)["driver"]["branch"] == "580"
     r = invoke("stack", "show", "--vars")
-    assert "gpu_stack_driver_branch: '535'" in r.stdout
+    assert "gpu_stack_driver_branch: '580'" in r.stdout
     r = invoke("stack", "show")
     assert r.stdout.startswith("# source: built-in default")
     r = invoke("stack", "validate")

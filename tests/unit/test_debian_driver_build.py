@@ -49,3 +49,25 @@ def test_before_the_repository_is_set_up_nothing_is_judged() -> None:
     h = FakeHost(pf.DEBIAN_11).gpus()
     check = judge(h, ["repo"])["by_id"]["repo.driver_build"]
     assert check["status"] == "skip", check
+
+
+def test_the_default_branch_on_a_debian11_repository_without_it_stops_with_the_reason() -> None:
+    """Issue 20: the default branch is 580; no public listing shows a 580 nvidia-driver-cuda in
+    NVIDIA's debian11 repository (the lab models 535 and 550 there), so on such a repository the
+    default stack stops at repo.driver_build, naming what it has (README: Debian 11 runs with
+    driver.branch "535")."""
+    from provisioner import stack as stk  # noqa: PLC0415
+
+    default = stk.resolve(None).to_extravars()["gpu_stack_driver_branch"]
+    assert default == "580"
+    desired = stack(**{"driver.branch": default})
+    check = judge(host("550.54.14-1", "535.104.05-1"), ["repo"], desired)["by_id"][
+        "repo.driver_build"]
+    assert check["status"] == "fail", check
+    assert check["message"].startswith(
+        "NVIDIA's repository carries no branch 580 build of nvidia-driver-cuda "
+        "(it has: 535.104.05 550.54.14)"
+    )
+    check = judge(host("580.95.05-1", "535.104.05-1"), ["repo"], desired)["by_id"][
+        "repo.driver_build"]
+    assert check["status"] == "pass", check

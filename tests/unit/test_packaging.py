@@ -132,5 +132,5 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
         text=True,
         check=True,
     ).stdout
-    assert "branch: '535'" in shown
+    assert "branch: '580'" in shown
     assert os.access(exe, os.X_OK)

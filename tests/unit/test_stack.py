@@ -24,11 +24,13 @@ def _err(user: dict) -> str:
 
 
 def test_default_stack_is_the_issue_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stack, "_today", lambda: datetime.date(2026, 6, 30))  # R535 supported
+    """Issue 20 item 3: the default branch is a supported one that runs CUDA 12.1 (R580 LTSB,
+    supported until 2028-06): no end-of-support warning on the day it became the default."""
+    monkeypatch.setattr(stack, "_today", lambda: datetime.date(2026, 12, 4))
     s = stack.load(None)
     d = s.data
     assert d["driver"] == {
-        "branch": "535",
+        "branch": "580",
         "version": None,
         "flavor": "proprietary",
         "fabricmanager": "auto",
