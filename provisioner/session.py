@@ -27,7 +27,7 @@ from provisioner.content import Content, locate
 from provisioner.events import HostState, RunState
 from provisioner.exitcodes import ProvisionError, SetupError, UsageProblem, exit_code_for
 from provisioner.extravars import build_extravars
-from provisioner.history import diff_reports, expected_gpu_counts, format_diff
+from provisioner.history import diff_reports, format_diff
 from provisioner.progress import Progress, json_summary, ssh_preflight_lines, summary_table
 from provisioner.report_model import Changes, Check, HostReport, Report
 from provisioner.reports import REPORT_FILES, iso, write_all
@@ -492,8 +492,7 @@ def execute(
     # gpu_stack_health_expected_gpus wins)
     extravars.setdefault(
         "gpu_stack_health_history_gpus",
-        expected_gpu_counts(state.iter_reports(list(reversed(state.list_history()))[:30]),
-                            [t.name for t in tg.targets]),
+        state.gpu_counts([t.name for t in tg.targets]),
     )
     if s.command == "run" and not s.ansible_check:
         # the host's provisioning lock names this run (provision.gpu.host_lock)

@@ -11,16 +11,20 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from provisioner.exitcodes import UsageProblem
+from provisioner.history import expected_gpu_counts
 from provisioner.report_model import Report
 
 KEEP_HISTORY = 400
+# history reports read for the expected GPU counts where the state has no gpu-counts.json yet (a
+# state directory written before it): the newest thirty, as before the index
+GPU_COUNTS_SCAN = 30
 
 
 def state_dir() -> Path:
@@ -73,10 +77,34 @@ class StateDir:
 
     def save_report(self, report: Report) -> Path:
         self.ensure()
+        counts = self.gpu_counts()  # before this report joins the history (seeds a new index)
         path = self.history / f"{report.run_id}.json"
         atomic_write_text(path, json.dumps(report.to_dict(), indent=2) + "\n", 0o600)
+        new = expected_gpu_counts([report])
+        if new or not self.gpu_counts_path.exists():
+            atomic_write_text(
+                self.gpu_counts_path, json.dumps({**counts, **new}, sort_keys=True) + "\n", 0o600
+            )
         self.rotate_history()
         return path
+
+    @property
+    def gpu_counts_path(self) -> Path:
+        return self.root / "gpu-counts.json"
+
+    def gpu_counts(self, hosts: Collection[str] | None = None) -> dict[str, int]:
+        """Host -> the GPU count of its newest passing report (health.gpu_count's expected count
+        where the inventory sets none), from gpu-counts.json, which every saved report updates:
+        one small file read before a run (was: up to thirty whole history reports while hosts
+        were not passing). A state without it, or with an unreadable one, is read from the
+        newest GPU_COUNTS_SCAN history reports instead (the next saved report writes it)."""
+        try:
+            raw = json.loads(self.gpu_counts_path.read_text(encoding="utf-8"))
+            index = {str(h): n for h, n in raw.items() if isinstance(n, int) and n > 0}
+        except (OSError, ValueError, AttributeError):
+            newest = list(reversed(self.list_history()))[:GPU_COUNTS_SCAN]
+            return expected_gpu_counts(self.iter_reports(newest), hosts)
+        return index if hosts is None else {h: index[h] for h in hosts if h in index}
 
     def rotate_history(self, keep: int = KEEP_HISTORY) -> None:
         files = self.list_history()

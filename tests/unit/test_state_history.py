@@ -130,3 +130,41 @@ def test_diff_new_resolved_and_versions() -> None:
     assert "  new problem: cudnn.version: pass -> drift" in text
     assert "h3: absent -> failed" in text  # issue 21: was "None -> failed"
     json.dumps([d.to_dict() for d in diffs.values()])
+
+
+def test_gpu_counts_come_from_one_small_index_each_saved_report_updates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """health.gpu_count's expected count: each host's newest passing report. Was: up to thirty
+    whole history reports read before every run while a host was not passing (slow on a large
+    fleet's history); now gpu-counts.json, written with each report."""
+    s = st.StateDir(tmp_path)
+    s.save_report(rep("20260101T000000.000Z-check-aaaaaa", "check",
+                      {"gpu01": host("ok", [], gpu_count=8), "gpu02": host("ok", [], gpu_count=4)}))
+    s.save_report(rep("20260102T000000.000Z-check-bbbbbb", "check",
+                      {"gpu01": host("failed", [], gpu_count=7), "gpu03": host("ok", [])}))
+    assert json.loads(s.gpu_counts_path.read_text(encoding="utf-8")) == {"gpu01": 8, "gpu02": 4}
+    assert s.gpu_counts_path.stat().st_mode & 0o777 == 0o600
+
+    def no_history(path: Path) -> Report:
+        raise AssertionError(f"read {path}")
+
+    monkeypatch.setattr(st, "read_report", no_history)  # the index alone answers
+    assert s.gpu_counts(["gpu01", "gpu99"]) == {"gpu01": 8}
+    assert s.gpu_counts() == {"gpu01": 8, "gpu02": 4}
+
+
+def test_a_state_without_the_index_is_read_from_its_history_then_indexed(tmp_path: Path) -> None:
+    """A state directory written before gpu-counts.json (or with an unreadable one): the newest
+    thirty history reports answer, and the next saved report writes the index from them."""
+    s = st.StateDir(tmp_path)
+    old = rep("20260101T000000.000Z-check-aaaaaa", "check", {"gpu01": host("ok", [], gpu_count=8)})
+    s.save_report(old)
+    s.gpu_counts_path.unlink()
+    assert s.gpu_counts(["gpu01"]) == {"gpu01": 8}
+    s.gpu_counts_path.write_text("[not an index", encoding="utf-8")
+    assert s.gpu_counts(["gpu01"]) == {"gpu01": 8}
+    s.gpu_counts_path.unlink()
+    s.save_report(rep("20260102T000000.000Z-check-bbbbbb", "check",
+                      {"gpu01": host("failed", [], gpu_count=2)}))
+    assert json.loads(s.gpu_counts_path.read_text(encoding="utf-8")) == {"gpu01": 8}
