@@ -320,7 +320,11 @@ def become_subreaper() -> bool:
         return False
 
 
-def _descendants_by_scan(root: int, spare: set[int] | frozenset[int]) -> list[int]:
+def descendants(root: int, *, spare: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """Live processes below `root` (from /proc), nearest first; not below those in `spare`.
+    A scan of every /proc/<pid>/stat (about 20 ms with 100 processes): the kernel's
+    /proc/<pid>/task/*/children is documented as unreliable for running processes, and this
+    list decides which processes a cancel kills."""
     parent: dict[int, int] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -340,14 +344,6 @@ def _descendants_by_scan(root: int, spare: set[int] | frozenset[int]) -> list[in
         out.extend(kids)
         frontier = kids
     return out
-
-
-def descendants(root: int, *, spare: set[int] | frozenset[int] = frozenset()) -> list[int]:
-    """Live processes below `root` (from /proc), nearest first; not below those in `spare`.
-    A scan of every /proc/<pid>/stat (about 20 ms with 100 processes): the kernel's
-    /proc/<pid>/task/*/children is documented as unreliable for running processes, and this
-    list decides which processes a cancel kills."""
-    return _descendants_by_scan(root, spare)
 
 
 def stop_process_tree(

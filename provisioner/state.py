@@ -77,13 +77,15 @@ class StateDir:
 
     def save_report(self, report: Report) -> Path:
         self.ensure()
-        counts = self.gpu_counts()  # before this report joins the history (seeds a new index)
         path = self.history / f"{report.run_id}.json"
         atomic_write_text(path, json.dumps(report.to_dict(), indent=2) + "\n", 0o600)
         new = expected_gpu_counts([report])
         if new or not self.gpu_counts_path.exists():
+            # the index so far (a state without one: its history, this report included), then
+            # this report's passing hosts; a report with none leaves an existing index unread
+            counts = {**self.gpu_counts(), **new}
             atomic_write_text(
-                self.gpu_counts_path, json.dumps({**counts, **new}, sort_keys=True) + "\n", 0o600
+                self.gpu_counts_path, json.dumps(counts, sort_keys=True) + "\n", 0o600
             )
         self.rotate_history()
         return path
