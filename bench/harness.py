@@ -149,9 +149,10 @@ def phases(
     report: dict[str, Any] | None, sample: measure.Sample, events: list[dict[str, Any]]
 ) -> dict[str, float]:
     """Where a `provision` run's wall time went, from its report and its runner events:
-    preflight (the slowest host's paramiko probe, in parallel), before_playbook (process start to
-    ansible-playbook's first event: CLI start-up, stack, preflight, ansible-runner and
-    ansible-playbook start-up), playbook (first to last event), after_playbook (last event to the
+    preflight (the slowest host's paramiko probe, in parallel; 0 in a check where every host
+    answered Ansible, which probes none), before_playbook (process start to ansible-playbook's
+    first event: CLI start-up, stack, a run's preflight, ansible-runner and ansible-playbook
+    start-up), playbook (first to last event), after_playbook (last event to the
     process's exit: summary, reports, history)."""
     if not report:
         return {}

@@ -165,7 +165,12 @@ def _ssh_preflight(
 ) -> None:
     if s.no_preflight or s.local or not out.good:
         return
-    results = (fn or run_ssh_preflight)(out.good, probe_options(s))
+    _take_preflight((fn or run_ssh_preflight)(out.good, probe_options(s)), stack, out)
+
+
+def _take_preflight(results: list[SshProbeResult], stack: Stack, out: Outcome) -> None:
+    """The preflight's lines and warnings; a host it rejects gets its `ssh.<stage>` entry and is
+    left out of (or, after a check, has its Ansible result replaced)."""
     for line in ssh_preflight_lines(results):
         echo_err(line)
     distros = stack.distros()
@@ -184,37 +189,111 @@ def _ssh_preflight(
     out.good = [t for t in out.good if t.name not in out.probes or out.probes[t.name].ok]
 
 
-def overlaps(s: Settings) -> bool:
-    """`provision check` starts ansible-playbook while the SSH preflight runs: the check changes
-    nothing, so a host the preflight rejects only has its Ansible result replaced by the
-    preflight's (ssh.connect, ssh.auth, ...) in the report. Runs that change hosts, runs that
-    send a become password, and runs whose preflight may learn host keys (--accept-new-host-keys:
-    ssh must see the keys it appends) wait for the preflight first."""
+def diagnoses(s: Settings) -> bool:
+    """`provision check` does not probe every host before (or beside) ansible-playbook: the check
+    changes nothing, so the SSH preflight only diagnoses the hosts Ansible could not judge, and a
+    host it rejects has its Ansible result replaced by the preflight's (ssh.connect, ssh.hostkey,
+    ...). A healthy host costs one SSH login, not two (was: 0.1 controller CPU-s and an sshd login
+    per host, beside the playbook; docs/benchmarks.md P1). Runs that change hosts, runs that send
+    a become password, and runs whose preflight may learn host keys (--accept-new-host-keys: ssh
+    must see the keys it appends) probe every host first."""
     return (s.read_only_check and not s.no_preflight and not s.local
             and not s.ask_become_pass and not s.accept_new_host_keys)
 
 
-def _beside_preflight(
-    s: Settings, tg: Targets, stack: Stack, fn: PreflightFn | None, out: Outcome, *,
-    ansible: Callable[[], RunState],
+def unjudged(rstate: RunState, names: list[str]) -> list[str]:
+    """The hosts a check's playbook did not judge: unreachable, failed before its probe reported
+    (sudo, the target's Python), or never reported (the run died first)."""
+    out = []
+    for name in names:
+        h = rstate.hosts.get(name)
+        if h is None or h.unreachable or (h.failed and not h.check_lists):
+            out.append(name)
+    return out
+
+
+class _Diagnosis:
+    """The SSH preflight of a check, on the hosts that need it only: a host is queued as soon as
+    Ansible reports it unreachable (its probe then overlaps the rest of the playbook), and after
+    the run every host the playbook did not judge. One background thread probes the queue in
+    batches (run_ssh_preflight: 32 at a time), started by the first host that needs it: a run
+    where every host answers imports no paramiko and opens no second SSH connection."""
+
+    def __init__(self, s: Settings, targets: list[inv.Target], fn: PreflightFn | None) -> None:
+        self.s, self.fn = s, fn or run_ssh_preflight
+        self.by_name = {t.name: t for t in targets}
+        self.queued: set[str] = set()
+        self.results: list[SshProbeResult] = []
+        self.failure: list[BaseException] = []
+        self._queue: list[inv.Target] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "runner_on_unreachable":
+            self.add([str((event.get("event_data") or {}).get("host") or "")])
+
+    def add(self, names: list[str]) -> None:
+        with self._cond:
+            for name in names:
+                if name in self.by_name and name not in self.queued:
+                    self.queued.add(name)
+                    self._queue.append(self.by_name[name])
+            if self._queue and self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="provision-preflight", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            try:
+                got = self.fn(batch, probe_options(self.s))
+            except BaseException as exc:  # re-raised in the main thread
+                self.failure.append(exc)
+                return
+            with self._cond:
+                self.results.extend(got)
+
+    def finish(self, more: list[str], *, canceled: bool = False) -> list[SshProbeResult]:
+        """The results, after the hosts in `more` are probed too. A cancelled run waits for no
+        probe (daemon threads): its hosts are reported interrupted, not diagnosed."""
+        if canceled:
+            with self._cond:
+                self._closed = True
+                self._queue.clear()
+                self._cond.notify_all()
+            return []
+        self.add(more)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        if self.failure:
+            raise self.failure[0]
+        return self.results
+
+
+def _diagnosed_check(
+    s: Settings, stack: Stack, fn: PreflightFn | None, out: Outcome, *,
+    ansible: Callable[[Callable[[dict[str, Any]], None] | None], RunState],
 ) -> RunState:
+    names = [t.name for t in out.good]
+    diagnosis = _Diagnosis(s, out.good, fn)
+    rstate = ansible(diagnosis.on_event)
+    canceled = out.run_status == "canceled"
+    more = [] if canceled else unjudged(rstate, names)
     side = Outcome(good=list(out.good))
-    failure: list[BaseException] = []
-
-    def preflight() -> None:
-        try:
-            _ssh_preflight(s, tg, stack, fn, side)
-        except BaseException as exc:  # re-raised in the main thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=preflight, name="provision-preflight", daemon=True)
-    thread.start()
-    try:
-        rstate = ansible()
-    finally:
-        thread.join()
-    if failure:
-        raise failure[0]
+    _take_preflight(diagnosis.finish(more, canceled=canceled), stack, side)
     out.probes.update(side.probes)
     out.hosts.update(side.hosts)  # a host the preflight rejected: its entry, not Ansible's
     out.good = [t for t in out.good if t.name not in side.hosts]
@@ -232,6 +311,7 @@ def _ansible(
     run_id: str,
     run_fn: RunFn | None,
     out: Outcome,
+    watch: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunState:
     rstate = RunState(check_mode=s.ansible_check)
     if not out.good:
@@ -267,8 +347,14 @@ def _ansible(
             known_hosts=s.known_hosts.expanduser().resolve() if s.known_hosts else None,
         )
         progress = Progress(rstate, verbosity=s.verbosity)
+
+        def on_event(event: dict[str, Any]) -> None:
+            progress.on_event(event)
+            if watch is not None:
+                watch(event)
+
         with progress:
-            result = (run_fn or runner.run_playbook)(req, progress.on_event)
+            result = (run_fn or runner.run_playbook)(req, on_event)
         lock_run = str(extravars.get("gpu_stack_run_id") or "") if run_fn is None else ""
         if result.status == "canceled":
             echo_err("interrupted: the run was cancelled")
@@ -365,6 +451,7 @@ def _host_entries(s: Settings, tg: Targets, rstate: RunState, out: Outcome) -> N
                 status="failed",
                 message=f"the run ended {out.run_status} (rc {out.rc}) before this host ran"
                 + (f": ansible-playbook said: {why}" if why else ""),
+                preflight=out.probes[t.name].to_dict() if t.name in out.probes else None,
             )
     order = [t.name for t in tg.targets]
     out.hosts = {
@@ -505,14 +592,14 @@ def execute(
     out = Outcome()
     _wait(s, tg, wait_fn, out)
 
-    def ansible() -> RunState:
+    def ansible(watch: Callable[[dict[str, Any]], None] | None = None) -> RunState:
         return _ansible(
             s, tg, content=content, extravars=extravars, secrets=rv.secrets, state=state,
-            run_id=run_id, run_fn=run_fn, out=out,
+            run_id=run_id, run_fn=run_fn, out=out, watch=watch,
         )
 
-    if overlaps(s):
-        rstate = _beside_preflight(s, tg, stack, preflight_fn, out, ansible=ansible)
+    if diagnoses(s):
+        rstate = _diagnosed_check(s, stack, preflight_fn, out, ansible=ansible)
     else:
         _ssh_preflight(s, tg, stack, preflight_fn, out)
         rstate = ansible()

@@ -57,7 +57,8 @@ def test_provision_check_runs_against_three_light_hosts(lab: Any, tmp_path: Path
     assert sorted(hosts) == sorted(h.name for h in fleet.hosts), proc.stderr[-2000:]
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     for name, entry in hosts.items():
-        assert entry["preflight"]["status"] == "ok", (name, entry["preflight"])
+        # every host answered Ansible: none needed the SSH preflight's diagnosis
+        assert "preflight" not in entry, (name, entry["preflight"])
         want = WANT[profiles[name]]
         failing = [(c["id"], c["message"]) for c in entry["checks"] if c["status"] == "fail"]
         assert entry["status"] == want, (name, entry["status"], failing)
@@ -66,3 +67,56 @@ def test_provision_check_runs_against_three_light_hosts(lab: Any, tmp_path: Path
     gpus = {name: entry["facts"]["gpu_count"] for name, entry in hosts.items()}
     assert sorted(gpus.values()) == [0, 4, 8], gpus
     assert report["summary"]["unreachable"] == 0, report["summary"]
+    assert "preflight " not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_check_diagnoses_only_the_hosts_ansible_cannot_reach(lab: Any, tmp_path: Path) -> None:
+    """`provision check` runs the SSH preflight only where Ansible failed, and its diagnosis is
+    the host's entry: a changed host key (ssh.hostkey, with the key's fingerprint) and a port
+    where no sshd listens (ssh.connect); the host Ansible reached is judged by its probe and not
+    probed twice."""
+    import yaml  # noqa: PLC0415
+
+    fleet = lab.create_light_fleet(2, ["rtx4090-4", "nogpu"])  # drift: no stack installed
+    try:
+        good, moved = fleet.hosts
+        known = tmp_path / "known_hosts"
+        other = next(x for x in fleet.known_hosts.read_text(encoding="utf-8").splitlines()
+                     if x.split()[0].split(",")[0] == good.address)
+        lines = [x for x in fleet.known_hosts.read_text(encoding="utf-8").splitlines()
+                 if x.split()[0].split(",")[0] != moved.address]
+        # the moved host's entry holds another host's key: "host key changed"
+        lines.append(" ".join([f"{moved.address},{moved.name}", *other.split()[1:]]))
+        known.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        inventory = yaml.safe_load(fleet.inventory_path.read_text(encoding="utf-8"))
+        common = inventory["all"]["vars"]["ansible_ssh_common_args"]
+        inventory["all"]["vars"]["ansible_ssh_common_args"] = common.replace(
+            str(fleet.known_hosts), str(known)
+        )
+        hosts = inventory["all"]["children"]["gpu_servers"]["hosts"]
+        hosts["ghost"] = {**hosts[good.name], "ansible_port": 2}  # nothing listens there
+        inv_path = tmp_path / "inventory.yml"
+        inv_path.write_text(yaml.safe_dump(inventory), encoding="utf-8")
+        proc, report = provision_cli(
+            tmp_path, "check", "-i", str(inv_path), "--stack", str(fleet.stack_path),
+            "--known-hosts", str(known), report="diagnosed",
+        )
+    finally:
+        fleet.destroy()
+    # unreachable hosts (3) outrank the judged host's drift (5)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    entries = report["hosts"]
+    assert sorted(entries) == sorted([good.name, moved.name, "ghost"])
+    assert "preflight" not in entries[good.name]
+    assert entries[good.name]["status"] == "drift", entries[good.name]["message"]
+    assert {"driver.version", "health.gpu_count"} <= {c["id"] for c in entries[good.name]["checks"]}
+    assert f"preflight {good.name}" not in proc.stderr
+    key = entries[moved.name]
+    assert key["status"] == "unreachable"
+    assert [c["id"] for c in key["checks"]] == ["ssh.hostkey"], key["checks"]
+    assert "SHA256:" in key["checks"][0]["message"], key["checks"][0]
+    assert key["preflight"]["stage"] == "hostkey"
+    ghost = entries["ghost"]
+    assert ghost["status"] == "unreachable"
+    assert [c["id"] for c in ghost["checks"]] == ["ssh.connect"], ghost["checks"]
+    assert "refused" in ghost["checks"][0]["message"].lower(), ghost["checks"][0]

@@ -236,43 +236,136 @@ def test_a_host_lost_mid_run_gets_its_lock_released(
     assert [r.playbook for r in calls] == ["site.yml"]
 
 
-def test_check_starts_ansible_while_the_preflight_runs_and_the_preflight_verdict_wins(
+class Probed:
+    """A preflight_fn that records which hosts it was asked to probe (hosts in `bad` fail)."""
+
+    def __init__(self, bad: dict[str, str]) -> None:
+        self.inner = probes(bad)
+        self.calls: list[list[str]] = []
+
+    def __call__(self, targets: list, opts: Any) -> list[SshProbeResult]:
+        self.calls.append([t.name for t in targets])
+        return self.inner(targets, opts)
+
+
+def test_check_probes_only_the_hosts_ansible_could_not_judge_and_the_preflight_verdict_wins(
     tmp_path: Path, demo_content: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`provision check` (read-only) overlaps the SSH preflight with ansible-playbook's start: the
-    preflight here finishes only after the run has begun. A host it rejects keeps the preflight's
-    entry (ssh.hostkey), not Ansible's result, as when the preflight ran first."""
-    import threading  # noqa: PLC0415
-
-    started = threading.Event()
-    order: list[str] = []
-    inner = probes({"h-drift": "hostkey"})
-
-    def slow_preflight(targets: list, opts: Any) -> list[SshProbeResult]:
-        assert started.wait(10), "ansible-playbook was not started while the preflight ran"
-        order.append("preflight done")
-        return inner(targets, opts)
-
+    """`provision check` runs ansible-playbook at once on every host; the SSH preflight then
+    diagnoses only the host Ansible could not reach (h-unreachable): it rejects it, so that host
+    keeps the preflight's entry (ssh.connect), not Ansible's, as when the preflight ran first. The
+    hosts Ansible judged (h-fail and h-taskfail too: their probe reported) are not probed again."""
     replay = Replay("check")
-
-    def run(req: RunRequest, on_event: Any) -> RunResult:
-        order.append("run started")
-        started.set()
-        return replay(req, on_event)
-
-    s = session.Settings(command="check", hosts=("h-ok", "h-drift", "h-changed"),
-                         report_dir=tmp_path / "rep")
-    code = session.execute(s, state=StateDir(tmp_path / "st"), run_fn=run,
-                           preflight_fn=slow_preflight)
-    assert order == ["run started", "preflight done"]
+    probed = Probed({"h-unreachable": "connect"})
+    code = session.execute(settings("check", tmp_path), state=StateDir(tmp_path / "st"),
+                           run_fn=replay, preflight_fn=probed)
+    assert probed.calls == [["h-unreachable"]]
     (req,) = replay.requests
     assert req.limit is None  # every host runs: the check changes nothing
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
-    assert report["hosts"]["h-drift"]["status"] == "unreachable"
-    assert report["hosts"]["h-drift"]["checks"][0]["id"] == "ssh.hostkey"
-    assert report["hosts"]["h-changed"]["status"] == "drift"
+    entry = report["hosts"]["h-unreachable"]
+    assert entry["status"] == "unreachable"
+    assert [c["id"] for c in entry["checks"]] == ["ssh.connect"]
+    assert entry["preflight"]["stage"] == "connect"
+    assert report["hosts"]["h-drift"]["status"] == "drift"
+    assert [h for h, e in report["hosts"].items() if "preflight" in e] == ["h-unreachable"]
     assert code == report["exit_code"] != 0
-    assert "preflight h-drift: UNREACHABLE at hostkey: nope" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "preflight h-unreachable: UNREACHABLE at connect: nope" in err
+    assert "preflight h-ok" not in err
+
+
+def test_a_host_the_diagnosis_reaches_keeps_ansibles_result(
+    tmp_path: Path, demo_content: Path
+) -> None:
+    """Ansible lost the host, the preflight reaches it (a transient failure): Ansible's
+    unreachable result stands, with the preflight's probe beside it."""
+    probed = Probed({})
+    session.execute(settings("check", tmp_path), state=StateDir(tmp_path / "st"),
+                    run_fn=Replay("check"), preflight_fn=probed)
+    assert probed.calls == [["h-unreachable"]]
+    entry = json.loads((tmp_path / "rep" / "report.json").read_text())["hosts"]["h-unreachable"]
+    assert entry["status"] == "unreachable"
+    assert entry["preflight"]["status"] == "ok"
+    assert not [c for c in entry["checks"] if c["id"].startswith("ssh.")]
+
+
+def test_the_diagnosis_starts_when_ansible_reports_the_host_unreachable(
+    tmp_path: Path, demo_content: Path
+) -> None:
+    """The unreachable host's probe runs beside the rest of the playbook, not after it: here the
+    run does not end before the preflight has been asked for that host."""
+    import threading  # noqa: PLC0415
+
+    asked = threading.Event()
+    inner = Probed({"h-unreachable": "auth"})
+
+    def preflight(targets: list, opts: Any) -> list[SshProbeResult]:
+        asked.set()
+        return inner(targets, opts)
+
+    replay = Replay("check")
+    order: list[str] = []
+
+    def run(req: RunRequest, on_event: Any) -> RunResult:
+        result = replay(req, on_event)
+        assert asked.wait(10), "the unreachable host was not probed while the run went on"
+        order.append("run ended")
+        return result
+
+    session.execute(settings("check", tmp_path), state=StateDir(tmp_path / "st"), run_fn=run,
+                    preflight_fn=preflight)
+    assert order == ["run ended"] and inner.calls == [["h-unreachable"]]
+    entry = json.loads((tmp_path / "rep" / "report.json").read_text())["hosts"]["h-unreachable"]
+    assert [c["id"] for c in entry["checks"]] == ["ssh.auth"]
+
+
+def test_a_check_where_every_host_answers_opens_no_preflight(
+    tmp_path: Path, demo_content: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay = Replay("check")
+    replay.rec["events"] = [e for e in replay.rec["events"]
+                            if (e.get("event_data") or {}).get("host") != "h-unreachable"]
+    replay.rec["stats"] = {k: {h: n for h, n in v.items() if h != "h-unreachable"}
+                           for k, v in replay.rec["stats"].items() if isinstance(v, dict)}
+    probed = Probed({})
+    hosts = tuple(h for h in HOSTS if h != "h-unreachable")
+    s = session.Settings(command="check", hosts=hosts, report_dir=tmp_path / "rep")
+    session.execute(s, state=StateDir(tmp_path / "st"), run_fn=replay, preflight_fn=probed)
+    assert probed.calls == []
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert sorted(report["hosts"]) == sorted(hosts)
+    assert not [h for h, e in report["hosts"].items() if "preflight" in e]
+    assert "preflight " not in capsys.readouterr().err
+
+
+def test_hosts_a_dead_run_never_reported_are_diagnosed_but_not_after_a_cancel(
+    tmp_path: Path, demo_content: Path
+) -> None:
+    """ansible-playbook died before any host: every host is probed (is it the network or the
+    controller?); a cancelled run probes none (its hosts are interrupted)."""
+    def dead(status: str) -> Any:
+        def run(req: RunRequest, on_event: Any) -> RunResult:
+            return RunResult(status=status, rc=1 if status == "failed" else 130,
+                             artifacts=req.artifact_dir / req.ident, stats={})
+        return run
+
+    probed = Probed({"h-ok": "resolve"})
+    s = session.Settings(command="check", hosts=("h-ok", "h-drift"), report_dir=tmp_path / "rep")
+    session.execute(s, state=StateDir(tmp_path / "st"), run_fn=dead("failed"), preflight_fn=probed)
+    assert probed.calls == [["h-ok", "h-drift"]]
+    hosts = json.loads((tmp_path / "rep" / "report.json").read_text())["hosts"]
+    assert hosts["h-ok"]["checks"][0]["id"] == "ssh.resolve"
+    assert hosts["h-drift"]["status"] == "failed"
+    assert hosts["h-drift"]["preflight"]["status"] == "ok"
+
+    probed.calls.clear()
+    session.execute(s, state=StateDir(tmp_path / "st2"), run_fn=dead("canceled"),
+                    preflight_fn=probed)
+    assert probed.calls == []
+    hosts = json.loads((tmp_path / "rep" / "report.json").read_text())["hosts"]
+    assert {h: e["status"] for h, e in hosts.items()} == {"h-ok": "interrupted",
+                                                          "h-drift": "interrupted"}
 
 
 @pytest.mark.parametrize("overrides", [
@@ -280,11 +373,11 @@ def test_check_starts_ansible_while_the_preflight_runs_and_the_preflight_verdict
     {"command": "check", "ask_become_pass": True},
     {"command": "check", "accept_new_host_keys": True},
 ])
-def test_runs_that_change_hosts_or_send_a_password_wait_for_the_preflight(
+def test_runs_that_change_hosts_or_send_a_password_probe_every_host_first(
     overrides: dict[str, Any]
 ) -> None:
-    assert session.overlaps(session.Settings(command="check", hosts=("h",))) is True
-    assert session.overlaps(session.Settings(hosts=("h",), **overrides)) is False
+    assert session.diagnoses(session.Settings(command="check", hosts=("h",))) is True
+    assert session.diagnoses(session.Settings(hosts=("h",), **overrides)) is False
 
 
 def test_a_run_that_dies_before_any_host_says_why(
