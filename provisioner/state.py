@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -82,13 +84,29 @@ class StateDir:
         new = expected_gpu_counts([report])
         if new or not self.gpu_counts_path.exists():
             # the index so far (a state without one: its history, this report included), then
-            # this report's passing hosts; a report with none leaves an existing index unread
-            counts = {**self.gpu_counts(), **new}
-            atomic_write_text(
-                self.gpu_counts_path, json.dumps(counts, sort_keys=True) + "\n", 0o600
-            )
+            # this report's passing hosts; a report with none leaves an existing index unread.
+            # Read, merge and replace under a lock: two runs saving at once (two inventories
+            # checked by two timers) would otherwise each write the index it read, and the
+            # first one's hosts would be lost until their next passing run.
+            with self._locked(self.gpu_counts_path.with_name("gpu-counts.lock")):
+                counts = {**self.gpu_counts(), **new}
+                atomic_write_text(
+                    self.gpu_counts_path, json.dumps(counts, sort_keys=True) + "\n", 0o600
+                )
         self.rotate_history()
         return path
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _locked(path: Path) -> Iterator[None]:
+        """An exclusive flock on `path` (created 0600, kept: removing it would race the next
+        taker), held for the block; released when the file is closed, also by a killed run."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     @property
     def gpu_counts_path(self) -> Path:

@@ -154,6 +154,31 @@ def test_gpu_counts_come_from_one_small_index_each_saved_report_updates(
     assert s.gpu_counts() == {"gpu01": 8, "gpu02": 4}
 
 
+def test_two_runs_saving_at_once_both_keep_their_gpu_counts(tmp_path: Path) -> None:
+    """Was: read, merge and replace without a lock, so a run saving while another did lost one's
+    hosts from gpu-counts.json until their next passing run. A save now waits for the lock the
+    other holds, then merges what it wrote."""
+    import threading  # noqa: PLC0415
+
+    s = st.StateDir(tmp_path)
+    s.save_report(rep("20260101T000000.000Z-check-aaaaaa", "check",
+                      {"gpu01": host("ok", [], gpu_count=8)}))
+    lock = s.gpu_counts_path.with_name("gpu-counts.lock")
+    other = rep("20260101T000001.000Z-check-bbbbbb", "check",
+                {"gpu02": host("ok", [], gpu_count=4)})
+    with st.StateDir._locked(lock):  # another run is between its read and its write
+        saver = threading.Thread(target=s.save_report, args=(other,), daemon=True)
+        saver.start()
+        saver.join(0.5)
+        assert saver.is_alive(), "the save did not wait for the lock"
+        # the other run writes its own update while it holds the lock
+        st.atomic_write_text(s.gpu_counts_path, json.dumps({"gpu01": 8, "gpu03": 2}), 0o600)
+    saver.join(10)
+    assert not saver.is_alive()
+    assert s.gpu_counts() == {"gpu01": 8, "gpu02": 4, "gpu03": 2}
+    assert lock.stat().st_mode & 0o777 == 0o600
+
+
 def test_a_state_without_the_index_is_read_from_its_history_then_indexed(tmp_path: Path) -> None:
     """A state directory written before gpu-counts.json (or with an unreadable one): the newest
     thirty history reports answer, and the next saved report writes the index from them."""
