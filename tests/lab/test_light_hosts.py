@@ -72,14 +72,17 @@ def test_provision_check_runs_against_three_light_hosts(lab: Any, tmp_path: Path
 
 def test_check_diagnoses_only_the_hosts_ansible_cannot_reach(lab: Any, tmp_path: Path) -> None:
     """`provision check` runs the SSH preflight only where Ansible failed, and its diagnosis is
-    the host's entry: a changed host key (ssh.hostkey, with the key's fingerprint) and a port
-    where no sshd listens (ssh.connect); the host Ansible reached is judged by its probe and not
-    probed twice."""
+    the host's entry: a changed host key (ssh.hostkey, with the key's fingerprint), a port where
+    no sshd listens (ssh.connect), a login without passwordless sudo (Ansible's probe task fails
+    before it reports: ssh.sudo); the host Ansible reached is judged by its probe and not probed
+    twice."""
     import yaml  # noqa: PLC0415
 
-    fleet = lab.create_light_fleet(2, ["rtx4090-4", "nogpu"])  # drift: no stack installed
+    fleet = lab.create_light_fleet(3, ["rtx4090-4", "nogpu"])  # drift: no stack installed
     try:
-        good, moved = fleet.hosts
+        good, moved, nosudo = fleet.hosts
+        assert fleet.run(nosudo.name, "sudo -n rm /etc/sudoers.d/gpuadmin").ok
+        assert not fleet.run(nosudo.name, "sudo -n true").ok
         known = tmp_path / "known_hosts"
         other = next(x for x in fleet.known_hosts.read_text(encoding="utf-8").splitlines()
                      if x.split()[0].split(",")[0] == good.address)
@@ -103,10 +106,11 @@ def test_check_diagnoses_only_the_hosts_ansible_cannot_reach(lab: Any, tmp_path:
         )
     finally:
         fleet.destroy()
-    # unreachable hosts (3) outrank the judged host's drift (5)
-    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # the host without sudo failed (1), which outranks the unreachable ones (3) and the judged
+    # host's drift (5)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     entries = report["hosts"]
-    assert sorted(entries) == sorted([good.name, moved.name, "ghost"])
+    assert sorted(entries) == sorted([good.name, moved.name, nosudo.name, "ghost"])
     assert "preflight" not in entries[good.name]
     assert entries[good.name]["status"] == "drift", entries[good.name]["message"]
     assert {"driver.version", "health.gpu_count"} <= {c["id"] for c in entries[good.name]["checks"]}
@@ -120,3 +124,7 @@ def test_check_diagnoses_only_the_hosts_ansible_cannot_reach(lab: Any, tmp_path:
     assert ghost["status"] == "unreachable"
     assert [c["id"] for c in ghost["checks"]] == ["ssh.connect"], ghost["checks"]
     assert "refused" in ghost["checks"][0]["message"].lower(), ghost["checks"][0]
+    sudo = entries[nosudo.name]
+    assert sudo["status"] == "failed", sudo
+    assert [c["id"] for c in sudo["checks"]] == ["ssh.sudo"], sudo["checks"]
+    assert "sudo -n true" in sudo["checks"][0]["message"], sudo["checks"][0]
