@@ -266,16 +266,15 @@ class _Diagnosis:
     def finish(self, more: list[str], *, canceled: bool = False) -> list[SshProbeResult]:
         """The results, after the hosts in `more` are probed too. A cancelled run waits for no
         probe (daemon threads): its hosts are reported interrupted, not diagnosed."""
-        if canceled:
-            with self._cond:
-                self._closed = True
-                self._queue.clear()
-                self._cond.notify_all()
-            return []
-        self.add(more)
+        if not canceled:
+            self.add(more)
         with self._cond:
             self._closed = True
+            if canceled:
+                self._queue.clear()
             self._cond.notify_all()
+        if canceled:
+            return []
         if self._thread is not None:
             self._thread.join()
         if self.failure:
@@ -287,16 +286,12 @@ def _diagnosed_check(
     s: Settings, stack: Stack, fn: PreflightFn | None, out: Outcome, *,
     ansible: Callable[[Callable[[dict[str, Any]], None] | None], RunState],
 ) -> RunState:
-    names = [t.name for t in out.good]
     diagnosis = _Diagnosis(s, out.good, fn)
     rstate = ansible(diagnosis.on_event)
     canceled = out.run_status == "canceled"
-    more = [] if canceled else unjudged(rstate, names)
-    side = Outcome(good=list(out.good))
-    _take_preflight(diagnosis.finish(more, canceled=canceled), stack, side)
-    out.probes.update(side.probes)
-    out.hosts.update(side.hosts)  # a host the preflight rejected: its entry, not Ansible's
-    out.good = [t for t in out.good if t.name not in side.hosts]
+    more = [] if canceled else unjudged(rstate, list(diagnosis.by_name))
+    # a host the preflight rejects gets its entry, which _host_entries keeps over Ansible's
+    _take_preflight(diagnosis.finish(more, canceled=canceled), stack, out)
     return rstate
 
 
